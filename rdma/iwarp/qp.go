@@ -1,0 +1,407 @@
+package iwarp
+
+import (
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"net"
+	"sync"
+
+	"github.com/rdisk/rdisk/rdma"
+)
+
+const (
+	defaultMaxWR  = 128
+	defaultMaxSGE = 4
+	maxSGELimit   = 64
+	maxWRLimit    = 1 << 16
+)
+
+type rtrMode uint8
+
+const (
+	rtrNone rtrMode = iota
+	rtrWrite
+	rtrRead
+)
+
+// sendWQE is a posted send work request, copied from the caller's.
+type sendWQE struct {
+	wr     rdma.SendWR // SGL not kept: see mem
+	mem    [][]byte    // resolved scatter list (capacity MaxSendSGE)
+	length int
+	sent   int  // payload bytes handed to the transmitter
+	done   bool // finished (successfully or not)
+	status rdma.Status
+	// Read requests: the sink STag and address told to the peer.
+	sinkSTag uint32
+	sinkTO   uint64
+	placed   int // read response bytes placed
+}
+
+// recvWQE is a posted receive buffer.
+type recvWQE struct {
+	id     uint64
+	mem    [][]byte
+	length int
+}
+
+// irqEntry is an inbound RDMA Read being answered (RFC 5040 §5.3).
+type irqEntry struct {
+	sinkSTag uint32
+	sinkTO   uint64
+	src      []byte
+	sent     int
+}
+
+// qp implements rdma.QP. One goroutine receives (rx.go), one transmits
+// (tx.go); posting threads and both goroutines share state under mu.
+type qp struct {
+	pd     *pd
+	num    uint32
+	ctx    any
+	sendCQ *cq
+	recvCQ *cq
+	maxSGE [2]int // send, recv
+
+	mu    sync.Mutex
+	state rdma.QPState
+	err   error
+	done  chan struct{}
+
+	// Send queue: entries [sqHead, sqTail) are outstanding; [sqHead,
+	// sqTx) were handed to the transmitter; indexes grow without bound and
+	// are taken modulo len(sq).
+	sq                   []sendWQE
+	sqHead, sqTx, sqTail uint64
+	orq                  []uint64 // ring: SQ indexes of Read Requests awaiting responses
+	orqHead, orqTail     uint64
+	readsOut             int
+
+	// Receive queue.
+	rq             []recvWQE
+	rqHead, rqTail uint64
+
+	// Inbound Read Requests.
+	irq              []irqEntry
+	irqHead, irqTail uint64
+
+	// Connection.
+	conn     net.Conn
+	passive  bool
+	crc      bool
+	ird, ord int
+	rtr      rtrMode
+	term     *termError // to send before closing
+	txWake   chan struct{}
+	rxFirst  chan struct{} // closed when the first FPDU arrived (passive side)
+	rxExited chan struct{}
+	txExited chan struct{}
+	started  bool
+	flushed  bool
+
+	// Transmitter-owned state (tx.go).
+	tx txState
+	// Receiver-owned state (rx.go).
+	rx rxState
+}
+
+func newQP(d *pd, cfg rdma.QPConfig) (*qp, error) {
+	scq, ok1 := cfg.SendCQ.(*cq)
+	rcq, ok2 := cfg.RecvCQ.(*cq)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("iwarp: creating QP: send and receive CQs must be iwarp CQs")
+	}
+	sw := orDefault(cfg.MaxSendWR, defaultMaxWR)
+	rw := orDefault(cfg.MaxRecvWR, defaultMaxWR)
+	ss := orDefault(cfg.MaxSendSGE, defaultMaxSGE)
+	rs := orDefault(cfg.MaxRecvSGE, defaultMaxSGE)
+	if sw > maxWRLimit || rw > maxWRLimit || ss > maxSGELimit || rs > maxSGELimit {
+		return nil, fmt.Errorf("iwarp: creating QP: limits %d/%d WRs, %d/%d SGEs exceed %d WRs, %d SGEs", sw, rw, ss, rs, maxWRLimit, maxSGELimit)
+	}
+	q := &qp{
+		pd: d, num: d.p.newQPNum(), ctx: cfg.Context, sendCQ: scq, recvCQ: rcq,
+		maxSGE: [2]int{ss, rs},
+		done:   make(chan struct{}), txWake: make(chan struct{}, 1), rxFirst: make(chan struct{}),
+		rxExited: make(chan struct{}), txExited: make(chan struct{}),
+		sq: make([]sendWQE, sw), rq: make([]recvWQE, rw),
+	}
+	for i := range q.sq {
+		q.sq[i].mem = make([][]byte, 0, ss)
+	}
+	for i := range q.rq {
+		q.rq[i].mem = make([][]byte, 0, rs)
+	}
+	q.orq = make([]uint64, sw)
+	q.tx.init(d.p.cfg.MaxFPDUPayload)
+	q.rx.init()
+	return q, nil
+}
+
+func orDefault(v, d int) int {
+	if v <= 0 {
+		return d
+	}
+	return v
+}
+
+func (q *qp) Num() uint32           { return q.num }
+func (q *qp) Context() any          { return q.ctx }
+func (q *qp) Done() <-chan struct{} { return q.done }
+
+func (q *qp) State() rdma.QPState {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.state
+}
+
+func (q *qp) Err() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.err
+}
+
+func (q *qp) LocalAddr() net.Addr {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.conn == nil {
+		return nil
+	}
+	return q.conn.LocalAddr()
+}
+
+func (q *qp) RemoteAddr() net.Addr {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.conn == nil {
+		return nil
+	}
+	return q.conn.RemoteAddr()
+}
+
+// bind attaches the negotiated connection.
+func (q *qp) bind(c net.Conn, passive, crc bool, ird, ord int, rtr rtrMode) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.state != rdma.QPInit && q.state != rdma.QPConnecting {
+		return fmt.Errorf("iwarp: binding connection: QP is %s", q.state)
+	}
+	q.conn, q.passive, q.crc, q.ird, q.ord, q.rtr = c, passive, crc, ird, ord, rtr
+	q.irq = make([]irqEntry, max(ird, 1))
+	q.state = rdma.QPConnected
+	if !passive {
+		close(q.rxFirst)
+	}
+	return nil
+}
+
+// start runs the transmitter and receiver.
+func (q *qp) start() {
+	q.mu.Lock()
+	q.started = true
+	q.mu.Unlock()
+	go q.rxLoop()
+	go q.txLoop()
+}
+
+func (q *qp) wakeTx() {
+	select {
+	case q.txWake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *qp) PostSend(wr *rdma.SendWR) error {
+	if len(wr.SGL) > q.maxSGE[0] {
+		return rdma.ErrTooManySGE
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.state >= rdma.QPError {
+		return rdma.ErrQPState
+	}
+	if q.sqTail-q.sqHead >= uint64(len(q.sq)) {
+		return rdma.ErrQueueFull
+	}
+	w := &q.sq[q.sqTail%uint64(len(q.sq))]
+	w.wr = *wr
+	w.wr.SGL = nil
+	w.mem = w.mem[:0]
+	w.length, w.sent, w.placed, w.done, w.status = 0, 0, 0, false, rdma.StatusSuccess
+	need := rdma.Access(0)
+	switch wr.Op {
+	case rdma.OpSend, rdma.OpSendWithInv, rdma.OpRDMAWrite, rdma.OpLocalInv:
+	case rdma.OpRDMARead:
+		need = rdma.AccessLocalWrite
+	default:
+		return fmt.Errorf("iwarp: post send: opcode %s not allowed on the send queue", wr.Op)
+	}
+	for i := range wr.SGL {
+		m, err := lookupSGE(q.pd, &wr.SGL[i], need)
+		if err != nil {
+			return fmt.Errorf("iwarp: post send: SGE %d: %w", i, err)
+		}
+		w.mem = append(w.mem, m)
+		w.length += len(m)
+	}
+	if wr.Op == rdma.OpRDMARead {
+		if len(wr.SGL) == 0 {
+			w.sinkSTag = 0
+		} else {
+			w.sinkSTag = wr.SGL[0].MR.LKey()
+			w.sinkTO = wr.SGL[0].MR.VA() + uint64(wr.SGL[0].Offset)
+		}
+	}
+	q.sqTail++
+	q.wakeTx()
+	return nil
+}
+
+func (q *qp) PostRecv(wr *rdma.RecvWR) error {
+	if len(wr.SGL) > q.maxSGE[1] {
+		return rdma.ErrTooManySGE
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.state >= rdma.QPError {
+		return rdma.ErrQPState
+	}
+	if q.rqTail-q.rqHead >= uint64(len(q.rq)) {
+		return rdma.ErrQueueFull
+	}
+	w := &q.rq[q.rqTail%uint64(len(q.rq))]
+	w.id = wr.ID
+	w.mem = w.mem[:0]
+	w.length = 0
+	for i := range wr.SGL {
+		m, err := lookupSGE(q.pd, &wr.SGL[i], rdma.AccessLocalWrite)
+		if err != nil {
+			return fmt.Errorf("iwarp: post recv: SGE %d: %w", i, err)
+		}
+		w.mem = append(w.mem, m)
+		w.length += len(m)
+	}
+	q.rqTail++
+	return nil
+}
+
+// retireLocked completes finished send WQEs in order. Caller holds mu.
+func (q *qp) retireLocked() {
+	for q.sqHead < q.sqTail {
+		w := &q.sq[q.sqHead%uint64(len(q.sq))]
+		if !w.done {
+			return
+		}
+		if w.wr.Flags&rdma.Signaled != 0 || w.status != rdma.StatusSuccess {
+			wc := rdma.WC{ID: w.wr.ID, Status: w.status, Op: w.wr.Op, ByteLen: w.length, QPNum: q.num, QP: q}
+			q.sendCQ.push(&wc)
+		}
+		w.mem = w.mem[:0]
+		q.sqHead++
+	}
+}
+
+// ErrDisconnected is the QP error after a local Disconnect.
+const ErrDisconnected = errorString("iwarp: disconnected locally")
+
+// ErrPeerClosed is the QP error after the peer closed the connection.
+const ErrPeerClosed = errorString("iwarp: connection closed by peer")
+
+// fail moves the QP to the error state with err; term, when set, is sent to
+// the peer before the connection closes.
+func (q *qp) fail(err error, term *termError) {
+	q.mu.Lock()
+	if q.state >= rdma.QPError {
+		q.mu.Unlock()
+		return
+	}
+	q.state = rdma.QPError
+	q.err = err
+	q.term = term
+	close(q.done)
+	started := q.started
+	conn := q.conn
+	q.mu.Unlock()
+	if term != nil {
+		q.pd.p.log.Debug("iwarp: QP terminated", "qp", q.num, "err", err)
+	}
+	if !started {
+		if conn != nil {
+			conn.Close()
+		}
+		q.flush()
+		return
+	}
+	if term == nil {
+		conn.Close() // unblocks both loops
+	}
+	q.wakeTx()
+}
+
+// fatalIO handles a transport failure.
+func (q *qp) fatalIO(err error) { q.fail(err, nil) }
+
+// flush completes every outstanding work request with StatusFlushed.
+func (q *qp) flush() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.flushed {
+		return
+	}
+	q.flushed = true
+	for i := q.sqHead; i < q.sqTail; i++ {
+		w := &q.sq[i%uint64(len(q.sq))]
+		if !w.done {
+			w.done = true
+			w.status = rdma.StatusFlushed
+		}
+	}
+	q.retireLocked()
+	for ; q.rqHead < q.rqTail; q.rqHead++ {
+		w := &q.rq[q.rqHead%uint64(len(q.rq))]
+		st := rdma.StatusFlushed
+		if q.rx.recvStatus != rdma.StatusSuccess && q.rqHead == q.rx.failedRecv {
+			st = q.rx.recvStatus
+		}
+		wc := rdma.WC{ID: w.id, Status: st, Op: rdma.OpRecv, QPNum: q.num, QP: q}
+		q.recvCQ.push(&wc)
+	}
+}
+
+func (q *qp) Disconnect() error {
+	q.mu.Lock()
+	st := q.state
+	q.mu.Unlock()
+	if st >= rdma.QPError {
+		return nil
+	}
+	q.fail(ErrDisconnected, nil)
+	return nil
+}
+
+func (q *qp) Close() error {
+	q.Disconnect()
+	q.mu.Lock()
+	started := q.started
+	q.mu.Unlock()
+	if started {
+		<-q.txExited
+	}
+	q.mu.Lock()
+	q.state = rdma.QPClosed
+	q.mu.Unlock()
+	return nil
+}
+
+// crcOf computes the MPA CRC over the pieces of one FPDU.
+func crcOf(tab *crc32.Table, parts ...[]byte) uint32 {
+	var c uint32
+	for _, p := range parts {
+		c = crc32.Update(c, tab, p)
+	}
+	return c
+}
+
+func isClosedErr(err error) bool {
+	return errors.Is(err, net.ErrClosed)
+}

@@ -1,0 +1,290 @@
+package iwarp
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"net"
+	"time"
+
+	"github.com/rdisk/rdisk/rdma"
+)
+
+const (
+	txMaxIov   = 512     // iovecs per writev
+	txMaxBytes = 1 << 20 // payload bytes per writev
+	// Each FPDU uses one header slot and one trailer slot in the arena.
+	txSlot = untaggedHdrLen + readReqLen + 8
+)
+
+// txState is owned by the transmitter goroutine.
+type txState struct {
+	maxPayload int
+	iov        [][]byte
+	bufs       net.Buffers
+	arena      []byte
+	arenaUsed  int
+	bytes      int
+	tab        *crc32.Table
+	msn        [3]uint32 // last MSN sent per queue number
+	// Batch bookkeeping: how far the SQ and IRQ got in this batch.
+	sqTo  uint64
+	irqTo uint64
+	one   [1][]byte
+}
+
+func (t *txState) init(maxPayload int) {
+	t.maxPayload = maxPayload
+	t.iov = make([][]byte, 0, txMaxIov)
+	t.arena = make([]byte, txMaxIov*txSlot)
+	t.tab = crc32.MakeTable(crc32.Castagnoli)
+}
+
+func (t *txState) reset() {
+	t.iov = t.iov[:0]
+	t.arenaUsed = 0
+	t.bytes = 0
+}
+
+func (t *txState) slot(n int) []byte {
+	b := t.arena[t.arenaUsed : t.arenaUsed+n : t.arenaUsed+n]
+	t.arenaUsed += n
+	return b
+}
+
+// room tells whether one more FPDU of up to maxSGE+1 payload pieces fits.
+func (t *txState) room(pieces int) bool {
+	return len(t.iov)+pieces+2 <= cap(t.iov) && t.arenaUsed+txSlot <= len(t.arena) && t.bytes < txMaxBytes
+}
+
+// fpdu appends one FPDU: header hdr (already filled but for the length),
+// then payload taken from mem starting at off, n bytes.
+func (t *txState) fpdu(hdr []byte, mem [][]byte, off, n int, crc bool) {
+	ulpdu := len(hdr) - 2 + n
+	binary.BigEndian.PutUint16(hdr, uint16(ulpdu))
+	t.iov = append(t.iov, hdr)
+	var c uint32
+	if crc {
+		c = crc32.Update(0, t.tab, hdr)
+	}
+	left := n
+	for _, m := range mem {
+		if left == 0 {
+			break
+		}
+		if off >= len(m) {
+			off -= len(m)
+			continue
+		}
+		piece := m[off:]
+		if len(piece) > left {
+			piece = piece[:left]
+		}
+		off = 0
+		left -= len(piece)
+		t.iov = append(t.iov, piece)
+		if crc {
+			c = crc32.Update(c, t.tab, piece)
+		}
+	}
+	pad := padLen(ulpdu)
+	tr := t.slot(pad + mpaCRCLen)
+	clear(tr[:pad])
+	if crc {
+		c = crc32.Update(c, t.tab, tr[:pad])
+		binary.LittleEndian.PutUint32(tr[pad:], c)
+	} else {
+		binary.LittleEndian.PutUint32(tr[pad:], 0)
+	}
+	t.iov = append(t.iov, tr)
+	t.bytes += n
+}
+
+// txLoop transmits queued work until the QP fails, then sends a pending
+// Terminate, closes the connection, waits for the receiver and flushes.
+func (q *qp) txLoop() {
+	defer close(q.txExited)
+	if q.passive {
+		// RFC 5044 §7.1.2: the responder sends no FPDU before it has
+		// received the initiator's first one.
+		select {
+		case <-q.rxFirst:
+		case <-q.done:
+		}
+	}
+	for {
+		q.mu.Lock()
+		failed := q.state >= rdma.QPError
+		q.mu.Unlock()
+		if failed {
+			break
+		}
+		if !q.buildBatch() {
+			select {
+			case <-q.txWake:
+			case <-q.done:
+			}
+			continue
+		}
+		q.tx.bufs = q.tx.iov
+		_, err := q.tx.bufs.WriteTo(q.conn)
+		q.tx.bufs = nil
+		if err != nil {
+			q.fatalIO(err)
+			break
+		}
+		q.finishBatch()
+	}
+	q.mu.Lock()
+	term := q.term
+	q.mu.Unlock()
+	if term != nil {
+		q.sendTerminate(term)
+		q.conn.Close()
+	}
+	<-q.rxExited
+	q.flush()
+}
+
+func (q *qp) sendTerminate(term *termError) {
+	q.tx.reset()
+	h := q.tx.slot(untaggedHdrLen + termCtrlLen)
+	q.tx.msn[qnTerminate]++
+	putUntagged(h, 0, true, rdmapTerminate, 0, qnTerminate, q.tx.msn[qnTerminate], 0)
+	binary.BigEndian.PutUint32(h[untaggedHdrLen:], term.ctrlWord())
+	q.tx.fpdu(h, nil, 0, 0, q.crc)
+	q.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	q.tx.bufs = q.tx.iov
+	q.tx.bufs.WriteTo(q.conn)
+	q.tx.bufs = nil
+}
+
+// buildBatch fills the iovec batch with Read Responses and send-queue work.
+// It reports whether anything is to be written.
+func (q *qp) buildBatch() bool {
+	t := &q.tx
+	t.reset()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	t.irqTo = q.irqHead
+	t.sqTo = q.sqTx
+	// Inbound Read Requests first: the peer waits on them.
+	for t.irqTo < q.irqTail && t.room(2) {
+		e := &q.irq[t.irqTo%uint64(len(q.irq))]
+		if !q.emitReadResp(e) {
+			break
+		}
+		t.irqTo++
+	}
+	for t.sqTo < q.sqTail && t.room(q.maxSGE[0]) {
+		w := &q.sq[t.sqTo%uint64(len(q.sq))]
+		if w.wr.Flags&rdma.Fence != 0 && q.readsOut > 0 {
+			break
+		}
+		if w.wr.Op == rdma.OpRDMARead && q.readsOut >= q.ord {
+			break
+		}
+		if !q.emitSend(w, t.sqTo) {
+			break
+		}
+		t.sqTo++
+	}
+	return len(t.iov) > 0 || t.sqTo != q.sqTx
+}
+
+// emitReadResp adds FPDUs of a Read Response; it reports whether the
+// response is complete in this batch.
+func (q *qp) emitReadResp(e *irqEntry) bool {
+	t := &q.tx
+	t.one[0] = e.src
+	mem := t.one[:]
+	for {
+		n := min(len(e.src)-e.sent, t.maxPayload)
+		last := e.sent+n == len(e.src)
+		h := t.slot(taggedHdrLen)
+		putTagged(h, 0, last, rdmapReadResp, e.sinkSTag, e.sinkTO+uint64(e.sent))
+		t.fpdu(h, mem, e.sent, n, q.crc)
+		e.sent += n
+		if last {
+			return true
+		}
+		if !t.room(2) {
+			return false
+		}
+	}
+}
+
+// emitSend adds the FPDUs of one send-queue WQE; it reports whether the
+// WQE is fully in the batch.
+func (q *qp) emitSend(w *sendWQE, idx uint64) bool {
+	t := &q.tx
+	switch w.wr.Op {
+	case rdma.OpLocalInv:
+		if !q.pd.p.invalidate(w.wr.InvalidateKey, q.pd) {
+			w.status = rdma.StatusLocalProt
+		}
+		return true
+	case rdma.OpRDMARead:
+		h := t.slot(untaggedHdrLen + readReqLen)
+		t.msn[qnReadReq]++
+		putUntagged(h, 0, true, rdmapReadReq, 0, qnReadReq, t.msn[qnReadReq], 0)
+		rr := readRequest{SinkSTag: w.sinkSTag, SinkTO: w.sinkTO, Size: uint32(w.length), SourceSTag: w.wr.RemoteKey, SourceTO: w.wr.RemoteAddr}
+		rr.put(h[untaggedHdrLen:])
+		t.fpdu(h, nil, 0, 0, q.crc)
+		// Queue it for the response before it is on the wire.
+		q.orq[q.orqTail%uint64(len(q.orq))] = idx
+		q.orqTail++
+		q.readsOut++
+		return true
+	}
+	for {
+		n := min(w.length-w.sent, t.maxPayload)
+		last := w.sent+n == w.length
+		var h []byte
+		switch w.wr.Op {
+		case rdma.OpRDMAWrite:
+			h = t.slot(taggedHdrLen)
+			putTagged(h, 0, last, rdmapWrite, w.wr.RemoteKey, w.wr.RemoteAddr+uint64(w.sent))
+		default:
+			op := uint8(rdmapSend)
+			inv := uint32(0)
+			if w.wr.Op == rdma.OpSendWithInv {
+				op, inv = rdmapSendInv, w.wr.InvalidateKey
+			}
+			if w.wr.Flags&rdma.Solicited != 0 {
+				op += rdmapSendSE - rdmapSend
+			}
+			if w.sent == 0 {
+				t.msn[qnSend]++
+			}
+			h = t.slot(untaggedHdrLen)
+			putUntagged(h, 0, last, op, inv, qnSend, t.msn[qnSend], uint32(w.sent))
+		}
+		t.fpdu(h, w.mem, w.sent, n, q.crc)
+		w.sent += n
+		if last {
+			return true
+		}
+		if !t.room(q.maxSGE[0]) {
+			return false
+		}
+	}
+}
+
+// finishBatch marks what the batch carried as transmitted.
+func (q *qp) finishBatch() {
+	t := &q.tx
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for ; q.irqHead < t.irqTo; q.irqHead++ {
+		q.irq[q.irqHead%uint64(len(q.irq))] = irqEntry{}
+	}
+	for ; q.sqTx < t.sqTo; q.sqTx++ {
+		idx := q.sqTx
+		w := &q.sq[idx%uint64(len(q.sq))]
+		if w.wr.Op == rdma.OpRDMARead {
+			continue // done when its response has arrived
+		}
+		w.done = true
+	}
+	q.retireLocked()
+}
