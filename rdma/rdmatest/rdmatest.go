@@ -350,7 +350,7 @@ func testWrite(t *testing.T, np NewProvider) {
 	}
 	// Scatter-gather source.
 	fill(c.Buf[:3<<20], 9)
-	dst = 2*size - (2<<20)
+	dst = 2*size - (2 << 20)
 	sgl := []rdma.SGE{{MR: c.MR, Offset: 0, Length: 5000}, {MR: c.MR, Offset: 1 << 20, Length: 1 << 20}}
 	if err := c.QP.PostSend(&rdma.SendWR{ID: 1, Op: rdma.OpRDMAWrite, SGL: sgl, RemoteAddr: s.MR.VA() + uint64(dst), RemoteKey: s.MR.RKey()}); err != nil {
 		t.Fatal(err)
