@@ -26,6 +26,10 @@ type rxState struct {
 	expMSN [2]uint32 // next MSN expected on QN 0 (Send) and QN 1 (Read Request)
 	sendMO int       // bytes of the current Send placed
 	first  bool      // no FPDU received yet
+	// wake defers waking the transmitter until the receiver has consumed
+	// what it already read, so that Read Requests that arrived together
+	// are answered in one vectored write.
+	wake bool
 
 	recvStatus rdma.Status
 	failedRecv uint64
@@ -49,6 +53,10 @@ func (q *qp) ensure(n int) error {
 	if x.w-x.r >= n {
 		return nil
 	}
+	if x.wake {
+		x.wake = false
+		q.wakeTx()
+	}
 	if x.r > 0 {
 		copy(x.buf, x.buf[x.r:x.w])
 		x.w -= x.r
@@ -70,6 +78,10 @@ func (q *qp) readPayload(dst []byte) error {
 	k := copy(dst, x.buf[x.r:x.w])
 	x.r += k
 	if k < len(dst) {
+		if x.wake {
+			x.wake = false
+			q.wakeTx()
+		}
 		if _, err := io.ReadFull(q.conn, dst[k:]); err != nil {
 			return err
 		}
@@ -390,7 +402,7 @@ func (q *qp) rxReadReq(qn, msn, mo uint32, payload int) error {
 	q.irq[q.irqTail%uint64(len(q.irq))] = irqEntry{sinkSTag: rr.SinkSTag, sinkTO: rr.SinkTO, src: src}
 	q.irqTail++
 	q.mu.Unlock()
-	q.wakeTx()
+	x.wake = true
 	return nil
 }
 
