@@ -1,0 +1,302 @@
+package backstore
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// RAM disk layout: the disk is cut in chunks of MemChunkSize bytes, allocated
+// on first write. Chunk pointers live in leaves of memLeafLen entries, also
+// allocated on first write, so an unwritten disk costs one pointer per
+// memLeafLen*MemChunkSize bytes (8 bytes per 256 MiB: 32 KiB for 1 TiB).
+const (
+	memChunkShift = 16
+	// MemChunkSize is the allocation unit of a RAM disk in bytes. Discards
+	// free the chunks they cover entirely and zero the rest.
+	MemChunkSize = 1 << memChunkShift
+	memLeafShift = 12
+	memLeafLen   = 1 << memLeafShift
+	// MaxMemSize is the largest RAM disk NewMem accepts (1 PiB; its
+	// directory alone takes 32 MiB).
+	MaxMemSize = 1 << 50
+)
+
+type memChunk [MemChunkSize]byte
+
+type memLeaf [memLeafLen]atomic.Pointer[memChunk]
+
+// Mem is a sparse RAM disk: memory is allocated on first write in chunks of
+// MemChunkSize bytes, unwritten ranges read as zeroes, and Discard and
+// WriteZeroes free the chunks they cover. A 1 TiB thin RAM disk costs 32 KiB
+// until written.
+//
+// All methods are safe for concurrent use. Concurrent requests to disjoint
+// ranges never interfere; the result of overlapping concurrent writes (or a
+// read overlapping a write) is unspecified, as on any disk. Steady-state I/O
+// (to chunks already allocated) allocates nothing.
+type Mem struct {
+	size   int64
+	bs     int
+	ro     atomic.Bool
+	closed atomic.Bool
+	chunks atomic.Int64 // allocated chunks
+	nleaf  atomic.Int64 // allocated leaves
+	leaves []atomic.Pointer[memLeaf]
+	stats  statsCollector
+}
+
+// Compile-time checks of the optional capabilities.
+var (
+	_ VectoredDisk   = (*Mem)(nil)
+	_ Discarder      = (*Mem)(nil)
+	_ ZeroWriter     = (*Mem)(nil)
+	_ HealthReporter = (*Mem)(nil)
+)
+
+// NewMem returns an empty, writable RAM disk of size bytes with the given
+// block size (512 or 4096).
+// size must be a positive multiple of blockSize, at most MaxMemSize.
+func NewMem(size int64, blockSize int) (*Mem, error) {
+	if err := checkBlockSize(blockSize); err != nil {
+		return nil, fmt.Errorf("creating RAM disk: %w", err)
+	}
+	if size <= 0 || size%int64(blockSize) != 0 || size > MaxMemSize {
+		return nil, fmt.Errorf("creating RAM disk: size %d is not a positive multiple of the block size %d up to %d", size, blockSize, int64(MaxMemSize))
+	}
+	nleaves := (size + memLeafLen*MemChunkSize - 1) / (memLeafLen * MemChunkSize)
+	return &Mem{
+		size:   size,
+		bs:     blockSize,
+		stats:  statsCollector{epoch: time.Now()},
+		leaves: make([]atomic.Pointer[memLeaf], nleaves),
+	}, nil
+}
+
+// BlockSize returns the block size in bytes.
+func (m *Mem) BlockSize() int { return m.bs }
+
+// Size returns the capacity in bytes.
+func (m *Mem) Size() int64 { return m.size }
+
+// ReadOnly reports whether writes are refused.
+func (m *Mem) ReadOnly() bool { return m.ro.Load() }
+
+// SetReadOnly makes the disk refuse (ro true) or accept writes, discards and
+// write-zeroes from now on. Requests already running are not affected.
+func (m *Mem) SetReadOnly(ro bool) { m.ro.Store(ro) }
+
+// Allocated returns the bytes of memory held by written chunks.
+func (m *Mem) Allocated() int64 { return m.chunks.Load() * MemChunkSize }
+
+// Stats returns a snapshot of the disk's counters.
+func (m *Mem) Stats() Stats { return m.stats.snapshot() }
+
+// Health returns synthetic health: no warnings, the disk's own I/O counters,
+// and hours since NewMem as power-on hours. It never fails.
+func (m *Mem) Health() (Health, error) {
+	s := m.stats.snapshot()
+	return syntheticHealth(&s, m.stats.epoch), nil
+}
+
+// chunk returns the chunk with index i, or nil when it was never written.
+func (m *Mem) chunk(i int64) *memChunk {
+	l := m.leaves[i>>memLeafShift].Load()
+	if l == nil {
+		return nil
+	}
+	return l[i&(memLeafLen-1)].Load()
+}
+
+// chunkForWrite returns the chunk with index i, allocating it (and its leaf)
+// when needed. Concurrent allocations of the same chunk agree on one.
+func (m *Mem) chunkForWrite(i int64) *memChunk {
+	lp := &m.leaves[i>>memLeafShift]
+	l := lp.Load()
+	if l == nil {
+		nl := new(memLeaf)
+		if lp.CompareAndSwap(nil, nl) {
+			m.nleaf.Add(1)
+			l = nl
+		} else {
+			l = lp.Load()
+		}
+	}
+	cp := &l[i&(memLeafLen-1)]
+	c := cp.Load()
+	if c == nil {
+		nc := new(memChunk)
+		if cp.CompareAndSwap(nil, nc) {
+			m.chunks.Add(1)
+			c = nc
+		} else {
+			c = cp.Load()
+		}
+	}
+	return c
+}
+
+// ReadAt fills p from offset off; unwritten ranges read as zeroes.
+func (m *Mem) ReadAt(p []byte, off int64) error {
+	if err := m.check(OpRead, off, int64(len(p)), false); err != nil {
+		return err
+	}
+	start := m.stats.now()
+	m.read(p, off)
+	m.stats.read.done(int64(len(p)), m.stats.since(start), nil)
+	return nil
+}
+
+// ReadvAt fills bufs, in order, from offset off.
+func (m *Mem) ReadvAt(bufs [][]byte, off int64) error {
+	n := vecLen(bufs)
+	if err := m.check(OpRead, off, n, false); err != nil {
+		return err
+	}
+	start := m.stats.now()
+	o := off
+	for _, b := range bufs {
+		m.read(b, o)
+		o += int64(len(b))
+	}
+	m.stats.read.done(n, m.stats.since(start), nil)
+	return nil
+}
+
+// WriteAt copies p to offset off. FUA needs no extra work: memory is as
+// durable as a RAM disk gets once the copy is done.
+func (m *Mem) WriteAt(p []byte, off int64, flags WriteFlags) error {
+	if err := m.check(OpWrite, off, int64(len(p)), true); err != nil {
+		return err
+	}
+	start := m.stats.now()
+	m.write(p, off)
+	m.doneWrite(int64(len(p)), start, flags)
+	return nil
+}
+
+// WritevAt copies bufs, in order, to offset off.
+func (m *Mem) WritevAt(bufs [][]byte, off int64, flags WriteFlags) error {
+	n := vecLen(bufs)
+	if err := m.check(OpWrite, off, n, true); err != nil {
+		return err
+	}
+	start := m.stats.now()
+	o := off
+	for _, b := range bufs {
+		m.write(b, o)
+		o += int64(len(b))
+	}
+	m.doneWrite(n, start, flags)
+	return nil
+}
+
+func (m *Mem) doneWrite(n int64, start time.Duration, flags WriteFlags) {
+	if flags&FUA != 0 {
+		m.stats.fua.Add(1)
+	}
+	m.stats.write.done(n, m.stats.since(start), nil)
+}
+
+// Flush does nothing: a RAM disk has no volatile cache beyond itself.
+func (m *Mem) Flush() error {
+	if m.closed.Load() {
+		return m.stats.reject(ErrClosed)
+	}
+	m.stats.flush.done(0, 0, nil)
+	return nil
+}
+
+// Discard deallocates the range: chunks it covers entirely are freed, the
+// rest of the range is zeroed.
+func (m *Mem) Discard(off, length int64) error {
+	return m.zero(OpDiscard, off, length)
+}
+
+// WriteZeroes zeroes the range, freeing the chunks it covers entirely (a
+// thin RAM disk stores zeroes by storing nothing).
+func (m *Mem) WriteZeroes(off, length int64, flags WriteFlags) error {
+	return m.zero(OpWriteZeroes, off, length)
+}
+
+func (m *Mem) zero(op Op, off, length int64) error {
+	if err := m.check(op, off, length, true); err != nil {
+		return err
+	}
+	start := m.stats.now()
+	total := length
+	for length > 0 {
+		i := off >> memChunkShift
+		co := off & (MemChunkSize - 1)
+		n := min(length, MemChunkSize-co)
+		if l := m.leaves[i>>memLeafShift].Load(); l != nil {
+			cp := &l[i&(memLeafLen-1)]
+			if n == MemChunkSize {
+				if cp.Swap(nil) != nil {
+					m.chunks.Add(-1)
+				}
+			} else if c := cp.Load(); c != nil {
+				clear(c[co : co+n])
+			}
+		}
+		off += n
+		length -= n
+	}
+	m.stats.op(op).done(total, m.stats.since(start), nil)
+	return nil
+}
+
+// Close frees the disk's memory. Later calls return ErrClosed.
+func (m *Mem) Close() error {
+	if m.closed.Swap(true) {
+		return ErrClosed
+	}
+	if m.nleaf.Load() > 0 { // a never-written 1 PiB disk has 4M empty slots
+		for i := range m.leaves {
+			m.leaves[i].Store(nil)
+		}
+	}
+	m.chunks.Store(0)
+	return nil
+}
+
+// check validates a request; write requests are also refused on a read-only
+// disk.
+func (m *Mem) check(op Op, off, n int64, write bool) error {
+	if m.closed.Load() {
+		return m.stats.reject(ErrClosed)
+	}
+	if write && m.ro.Load() {
+		return m.stats.reject(ErrReadOnly)
+	}
+	if err := checkRange(op, off, n, m.size, m.bs); err != nil {
+		return m.stats.reject(err)
+	}
+	return nil
+}
+
+func (m *Mem) read(p []byte, off int64) {
+	for len(p) > 0 {
+		i := off >> memChunkShift
+		co := off & (MemChunkSize - 1)
+		var n int
+		if c := m.chunk(i); c != nil {
+			n = copy(p, c[co:])
+		} else {
+			n = min(len(p), int(MemChunkSize-co))
+			clear(p[:n])
+		}
+		p = p[n:]
+		off += int64(n)
+	}
+}
+
+func (m *Mem) write(p []byte, off int64) {
+	for len(p) > 0 {
+		i := off >> memChunkShift
+		co := off & (MemChunkSize - 1)
+		n := copy(m.chunkForWrite(i)[co:], p)
+		p = p[n:]
+		off += int64(n)
+	}
+}
