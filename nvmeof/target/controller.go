@@ -1,0 +1,227 @@
+package target
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rdisk/rdisk/nvmeof"
+)
+
+const (
+	maxAERs      = 4   // AERL+1, as nvmet and SPDK
+	errLogSlots  = 128 // ELPE+1
+	kasUnit      = 100 * time.Millisecond
+	kas          = 10 // KAS in 100 ms units: 1 s granularity
+	maxChangedNS = 1024
+)
+
+// controller is one host's association with a subsystem (or the discovery
+// service): the admin queue plus its I/O queues.
+type controller struct {
+	t       *Target
+	sub     *Subsystem
+	port    *Port
+	disc    bool
+	cntlid  uint16
+	hostNQN string
+	hostID  [16]byte
+	maxQ    int // I/O queues this controller may have
+
+	mu        sync.Mutex
+	cc        nvmeof.CC
+	csts      nvmeof.CSTS
+	kato      time.Duration
+	kaTimer   *time.Timer
+	lastSeen  time.Time
+	grantedQ  int
+	aenCfg    uint32
+	aers      []*aerSlot
+	events    []uint32 // pending event DW0s, delivered to the next AER
+	masked    map[uint8]bool
+	changedNS []uint32
+	changedOv bool
+	wce       bool
+	features  map[uint8]uint32
+	tsBase    time.Time
+	tsMillis  uint64
+	tsSet     bool
+	errLog    [errLogSlots]nvmeof.ErrorLogEntry
+	errCount  uint64
+	errNext   int
+	queues    map[uint16]*queue
+	dead      bool
+}
+
+type aerSlot struct {
+	q *queue
+	r *rsp
+}
+
+func (c *controller) ready() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.csts.RDY()
+}
+
+// traffic restarts the keep-alive timer (traffic based keep alive, TBKAS).
+func (c *controller) traffic() {
+	c.mu.Lock()
+	c.lastSeen = time.Now()
+	c.mu.Unlock()
+}
+
+// armKeepAlive (re)starts keep-alive enforcement for kato (0 disables it).
+// Caller holds mu.
+func (c *controller) armKeepAliveLocked() {
+	if c.kaTimer != nil {
+		c.kaTimer.Stop()
+		c.kaTimer = nil
+	}
+	if c.kato <= 0 {
+		return
+	}
+	c.lastSeen = time.Now()
+	c.kaTimer = time.AfterFunc(c.kato, c.checkKeepAlive)
+}
+
+func (c *controller) checkKeepAlive() {
+	c.mu.Lock()
+	if c.dead || c.kato <= 0 {
+		c.mu.Unlock()
+		return
+	}
+	idle := time.Since(c.lastSeen)
+	if idle < c.kato {
+		c.kaTimer = time.AfterFunc(c.kato-idle, c.checkKeepAlive)
+		c.mu.Unlock()
+		return
+	}
+	kato := c.kato
+	c.mu.Unlock()
+	c.t.log.Warn("nvmeof: keep-alive timeout; tearing down controller", "cntlid", c.cntlid, "host", c.hostNQN, "kato", kato)
+	c.teardown(fmt.Sprintf("keep-alive timeout (%v)", kato))
+}
+
+// teardown disconnects every queue and frees the controller ID.
+func (c *controller) teardown(reason string) {
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return
+	}
+	c.dead = true
+	if c.kaTimer != nil {
+		c.kaTimer.Stop()
+	}
+	qs := make([]*queue, 0, len(c.queues))
+	for _, q := range c.queues {
+		qs = append(qs, q)
+	}
+	c.mu.Unlock()
+	c.sub.freeController(c.cntlid, c)
+	if c.disc {
+		c.t.mu.Lock()
+		delete(c.t.disc, c)
+		c.t.mu.Unlock()
+	}
+	for _, q := range qs {
+		q.disconnect()
+	}
+	c.t.log.Info("nvmeof: controller removed", "cntlid", c.cntlid, "subsystem", c.sub.cfg.NQN, "host", c.hostNQN, "reason", reason)
+}
+
+// queueGone is called when a queue's connection ended.
+func (c *controller) queueGone(q *queue, reason string) {
+	c.mu.Lock()
+	if c.queues[q.qid] == q {
+		delete(c.queues, q.qid)
+	}
+	c.mu.Unlock()
+	if q.qid == 0 {
+		c.teardown("admin queue closed: " + reason)
+	}
+}
+
+// logError records a failed command in the Error Information log.
+func (c *controller) logError(qid, cid uint16, st nvmeof.Status, loc uint16, lba uint64, nsid uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.errCount++
+	c.errLog[c.errNext] = nvmeof.ErrorLogEntry{ErrorCount: c.errCount, SQID: qid, CID: cid, Status: st,
+		ParamErrorLocation: loc, LBA: lba, NSID: nsid, TrType: nvmeof.TrTypeRDMA}
+	c.errNext = (c.errNext + 1) % errLogSlots
+}
+
+// event queues an asynchronous event and completes a parked AER if any.
+func (c *controller) event(typ, info, logPage uint8) {
+	dw0 := nvmeof.AsyncEvent{Type: typ, Info: info, LogPage: logPage}.Value()
+	c.mu.Lock()
+	if c.dead || c.masked[info] {
+		c.mu.Unlock()
+		return
+	}
+	// One outstanding event per kind until the host reads the log page.
+	if c.masked == nil {
+		c.masked = map[uint8]bool{}
+	}
+	c.masked[info] = true
+	c.events = append(c.events, dw0)
+	c.deliverLocked()
+}
+
+// deliverLocked completes parked AERs with pending events; it unlocks mu.
+func (c *controller) deliverLocked() {
+	var done []aerSlot
+	for len(c.events) > 0 && len(c.aers) > 0 {
+		a := c.aers[0]
+		c.aers = c.aers[1:]
+		a.r.result = uint64(c.events[0])
+		c.events = c.events[1:]
+		done = append(done, *a)
+	}
+	c.mu.Unlock()
+	for _, a := range done {
+		a.r.status = nvmeof.StatusSuccess
+		if err := a.q.respond(a.r); err != nil {
+			a.q.shutdown("completing AER: " + err.Error())
+		}
+	}
+}
+
+// namespaceChanged records a namespace change and raises the AEN.
+func (c *controller) namespaceChanged(nsid uint32) {
+	c.mu.Lock()
+	if len(c.changedNS) >= maxChangedNS {
+		c.changedOv = true
+	} else {
+		found := false
+		for _, id := range c.changedNS {
+			found = found || id == nsid
+		}
+		if !found {
+			c.changedNS = append(c.changedNS, nsid)
+		}
+	}
+	enabled := c.aenCfg&nvmeof.AENConfigNSAttr != 0
+	c.mu.Unlock()
+	if enabled {
+		c.event(nvmeof.AsyncEventNotice, nvmeof.NoticeNSChanged, nvmeof.LogChangedNS)
+	}
+}
+
+func (c *controller) discoveryChanged() {
+	c.mu.Lock()
+	enabled := c.aenCfg&nvmeof.AENConfigDiscoveryChange != 0
+	c.mu.Unlock()
+	if enabled {
+		c.event(nvmeof.AsyncEventNotice, nvmeof.NoticeDiscoveryChanged, nvmeof.LogDiscovery)
+	}
+}
+
+// unmask re-arms an event kind once the host read its log page.
+func (c *controller) unmask(info uint8) {
+	c.mu.Lock()
+	delete(c.masked, info)
+	c.mu.Unlock()
+}

@@ -1,0 +1,225 @@
+package target
+
+import (
+	"errors"
+	"time"
+
+	"github.com/rdisk/rdisk/nvmeof"
+)
+
+// Controller properties (NVMe over Fabrics §3.5: Property Get/Set).
+func (c *controller) capValue() nvmeof.CAP {
+	mqes := c.port.cfg.MaxQueueSize - 1
+	if c.disc {
+		mqes = nvmeof.AdminQueueDepth - 1
+	}
+	return nvmeof.MakeCAP(nvmeof.CAPFields{MQES: uint16(mqes), CQR: true, TO: 15, CSS: nvmeof.CAPCSSNVM})
+}
+
+func (q *queue) fabrics(r *rsp, sqe nvmeof.SQE) {
+	switch r.kind {
+	case nvmeof.KindConnect:
+		q.connect(r, sqe)
+	case nvmeof.KindPropertyGet:
+		q.controller().propertyGet(r, sqe.Property())
+	case nvmeof.KindPropertySet:
+		q.controller().propertySet(r, sqe.Property())
+	case nvmeof.KindDisconnect:
+		// The host disconnects this I/O queue; the response goes first.
+		r.status = nvmeof.StatusSuccess
+	default:
+		// Authentication is not configured on any subsystem.
+		r.status, r.errLoc = nvmeof.StatusInvalidOpcode.WithDNR(), nvmeof.OffsetFCType
+	}
+}
+
+func connectParamErr(r *rsp, inData bool, off int) {
+	r.status = nvmeof.StatusConnectInvalidParameters.WithDNR()
+	r.result = uint64(nvmeof.ConnectInvalidParamResult(inData, uint16(off)))
+}
+
+func (q *queue) connect(r *rsp, sqe nvmeof.SQE) {
+	cmd := sqe.Connect()
+	if cmd.RecFmt() != 0 {
+		r.status, r.errLoc = nvmeof.StatusConnectIncompatibleFormat.WithDNR(), nvmeof.OffsetConnectRecFmt
+		return
+	}
+	if err := nvmeof.CheckTransferLen(uint32(r.xferLen), nvmeof.ConnectDataSize); err != nil || len(r.xfer) < nvmeof.ConnectDataSize {
+		r.status, r.errLoc = nvmeof.StatusSGLInvalidDataLength.WithDNR(), offDPTR
+		return
+	}
+	d, err := nvmeof.ParseConnectData(r.xfer)
+	if err != nil {
+		var fe *nvmeof.FieldError
+		off := nvmeof.ConnectDataSubNQNOffset
+		if errors.As(err, &fe) {
+			off = fe.Offset
+		}
+		connectParamErr(r, true, off)
+		return
+	}
+	if cmd.QID() != q.qid {
+		connectParamErr(r, false, nvmeof.OffsetConnectQID)
+		return
+	}
+	sqsize := int(cmd.SQSize())
+	if sqsize == 0 || sqsize+1 > q.depth {
+		// The SQ can hold no more commands than receive buffers we posted.
+		connectParamErr(r, false, nvmeof.OffsetConnectSQSize)
+		return
+	}
+	t := q.t
+	var sub *Subsystem
+	if d.SubNQN == nvmeof.DiscoveryNQN {
+		sub = t.discSub
+	} else {
+		sub = q.port.subsystem(d.SubNQN)
+	}
+	if sub == nil {
+		t.log.Info("nvmeof: connect to unknown subsystem", "subnqn", d.SubNQN, "host", d.HostNQN)
+		connectParamErr(r, true, nvmeof.ConnectDataSubNQNOffset)
+		return
+	}
+	if !sub.hostAllowed(d.HostNQN) {
+		t.log.Info("nvmeof: host not allowed", "subnqn", d.SubNQN, "host", d.HostNQN)
+		r.status = nvmeof.StatusConnectInvalidHost.WithDNR()
+		r.result = uint64(nvmeof.ConnectInvalidParamResult(true, nvmeof.ConnectDataHostNQNOffset))
+		return
+	}
+	q.sqflow = cmd.CAttr()&nvmeof.ConnectAttrDisableSQFlow != 0
+	if q.qid == 0 {
+		if d.CNTLID != nvmeof.CNTLIDDynamic {
+			connectParamErr(r, true, nvmeof.ConnectDataCNTLIDOffset)
+			return
+		}
+		c := &controller{t: t, sub: sub, port: q.port, disc: sub == t.discSub, hostNQN: d.HostNQN, hostID: d.HostID,
+			maxQ: q.port.cfg.MaxIOQueues, queues: map[uint16]*queue{0: q}, wce: true, features: map[uint8]uint32{}}
+		id, err := sub.allocController(c)
+		if err != nil {
+			r.status = nvmeof.StatusConnectControllerBusy.WithDNR()
+			return
+		}
+		c.cntlid = id
+		c.mu.Lock()
+		c.kato = time.Duration(cmd.KATO()) * time.Millisecond
+		c.armKeepAliveLocked()
+		c.mu.Unlock()
+		if c.disc {
+			t.mu.Lock()
+			t.disc[c] = true
+			t.mu.Unlock()
+		}
+		q.ctrlMu.Lock()
+		q.ctrl = c
+		q.ctrlMu.Unlock()
+		r.result = uint64(nvmeof.ConnectResult(id, 0))
+		t.log.Info("nvmeof: controller created", "cntlid", id, "subsystem", sub.cfg.NQN, "host", d.HostNQN, "kato", c.kato)
+		return
+	}
+	c := sub.controller(d.CNTLID)
+	if c == nil || c.hostNQN != d.HostNQN || c.hostID != d.HostID {
+		connectParamErr(r, true, nvmeof.ConnectDataCNTLIDOffset)
+		return
+	}
+	c.mu.Lock()
+	switch {
+	case c.dead || !c.csts.RDY():
+		c.mu.Unlock()
+		r.status = nvmeof.StatusCommandSequenceError.WithDNR()
+		return
+	case int(q.qid) > c.grantedQ || c.queues[q.qid] != nil:
+		c.mu.Unlock()
+		connectParamErr(r, false, nvmeof.OffsetConnectQID)
+		return
+	}
+	c.queues[q.qid] = q
+	c.mu.Unlock()
+	q.ctrlMu.Lock()
+	q.ctrl = c
+	q.ctrlMu.Unlock()
+	r.result = uint64(nvmeof.ConnectResult(c.cntlid, 0))
+}
+
+func (c *controller) propertyGet(r *rsp, cmd nvmeof.PropertyCommand) {
+	size, err := cmd.Size()
+	if err != nil {
+		r.fail(asCommandError(err))
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var v uint64
+	switch off := cmd.Offset(); {
+	case off == nvmeof.PropCAP && size == 8:
+		v = uint64(c.capValue())
+	case off == nvmeof.PropVS && size == 4:
+		v = uint64(nvmeof.MakeVersion(1, 4, 0))
+	case off == nvmeof.PropCC && size == 4:
+		v = uint64(c.cc)
+	case off == nvmeof.PropCSTS && size == 4:
+		v = uint64(c.csts)
+	default:
+		r.status, r.errLoc = nvmeof.StatusInvalidField.WithDNR(), nvmeof.OffsetPropertyOffset
+		return
+	}
+	r.result = v
+}
+
+func (c *controller) propertySet(r *rsp, cmd nvmeof.PropertyCommand) {
+	size, err := cmd.Size()
+	if err != nil {
+		r.fail(asCommandError(err))
+		return
+	}
+	if cmd.Offset() != nvmeof.PropCC || size != 4 {
+		r.status, r.errLoc = nvmeof.StatusInvalidField.WithDNR(), nvmeof.OffsetPropertyOffset
+		return
+	}
+	cc := nvmeof.CC(uint32(cmd.Value()))
+	c.mu.Lock()
+	old := c.cc
+	c.cc = cc
+	switch {
+	case cc.EN() && !old.EN():
+		f := cc.Fields()
+		// The fabrics entry sizes are fixed; page size 4 KiB; NVM set.
+		if f.IOSQES != 6 || f.IOCQES != 4 || f.MPS != 0 || (f.CSS != nvmeof.CCCSSNVM && f.CSS != nvmeof.CCCSSNone) || f.AMS != 0 {
+			c.csts |= nvmeof.CSTSFatal
+		} else {
+			c.csts |= nvmeof.CSTSReady
+		}
+	case !cc.EN() && old.EN():
+		c.csts &^= nvmeof.CSTSReady | nvmeof.CSTSFatal
+	}
+	if sh := cc.Fields().SHN; sh != nvmeof.CCShutdownNone && old.Fields().SHN == nvmeof.CCShutdownNone {
+		// Nothing is cached in the target: flush the disks and report the
+		// shutdown complete.
+		c.mu.Unlock()
+		c.flushAll()
+		c.mu.Lock()
+		c.csts = c.csts.WithSHST(2)
+	} else if sh == nvmeof.CCShutdownNone {
+		c.csts = c.csts.WithSHST(0)
+	}
+	c.mu.Unlock()
+}
+
+func asCommandError(err error) *nvmeof.CommandError {
+	var ce *nvmeof.CommandError
+	if errors.As(err, &ce) {
+		return ce
+	}
+	return &nvmeof.CommandError{Status: nvmeof.StatusInvalidField.WithDNR(), Loc: nvmeof.ParamErrorLocationNone, Err: err}
+}
+
+// flushAll flushes every namespace's disk.
+func (c *controller) flushAll() {
+	if c.disc {
+		return
+	}
+	for _, id := range c.sub.activeNSIDs(0) {
+		if n := c.sub.namespace(id); n != nil {
+			n.cfg.Disk.Flush()
+		}
+	}
+}

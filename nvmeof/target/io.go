@@ -1,0 +1,207 @@
+package target
+
+import (
+	"bytes"
+	"errors"
+
+	"github.com/rdisk/rdisk/backstore"
+	"github.com/rdisk/rdisk/nvmeof"
+)
+
+// io executes an NVM I/O command.
+func (c *controller) io(r *rsp, sqe nvmeof.SQE) {
+	if r.kind == nvmeof.KindFlush && r.nsid == nvmeof.NSIDAll {
+		c.flushAll()
+		return
+	}
+	n := c.sub.namespace(r.nsid)
+	if n == nil {
+		r.status, r.errLoc = nvmeof.StatusInvalidNamespace.WithDNR(), nvmeof.OffsetNSID
+		return
+	}
+	disk := n.cfg.Disk
+	switch r.kind {
+	case nvmeof.KindFlush:
+		if err := disk.Flush(); err != nil {
+			r.status = nvmeof.StatusWriteFault
+		}
+	case nvmeof.KindRead, nvmeof.KindWrite, nvmeof.KindCompare:
+		cmd := sqe.RW()
+		off, length, ok := c.rwRange(r, n, cmd)
+		if !ok {
+			return
+		}
+		switch r.kind {
+		case nvmeof.KindRead:
+			if err := disk.ReadAt(r.xfer[:length], off); err != nil {
+				r.status = ioStatus(err, false)
+				return
+			}
+			r.outLen = length
+		case nvmeof.KindWrite:
+			var flags backstore.WriteFlags
+			if cmd.FUA() || !c.writeCache() {
+				flags = backstore.FUA
+			}
+			if err := disk.WriteAt(r.xfer[:length], off, flags); err != nil {
+				r.status = ioStatus(err, true)
+			}
+		case nvmeof.KindCompare:
+			c.compare(r, disk, off, length)
+		}
+	case nvmeof.KindWriteZeroes:
+		cmd := sqe.RW()
+		if err := nvmeof.CheckLBARange(cmd.SLBA(), cmd.Blocks(), n.nsze); err != nil {
+			r.fail(asCommandError(err))
+			r.lba = cmd.SLBA()
+			return
+		}
+		off, length := int64(cmd.SLBA())<<n.lbads, int64(cmd.Blocks())<<n.lbads
+		var flags backstore.WriteFlags
+		if cmd.FUA() || !c.writeCache() {
+			flags = backstore.FUA
+		}
+		var err error
+		if d, ok := disk.(backstore.Discarder); ok && cmd.DEAC() && readsZeroesAfterDiscard(disk) {
+			err = d.Discard(off, length)
+		} else {
+			err = writeZeroes(disk, r, off, length, flags)
+		}
+		if err != nil {
+			r.status = ioStatus(err, true)
+		}
+	case nvmeof.KindDatasetManagement:
+		c.dsm(r, n, sqe.DSM())
+	default:
+		r.status, r.errLoc = nvmeof.StatusInvalidOpcode.WithDNR(), nvmeof.OffsetOpcode
+	}
+}
+
+func (c *controller) writeCache() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wce
+}
+
+// rwRange validates a Read, Write or Compare and returns its byte range.
+func (c *controller) rwRange(r *rsp, n *Namespace, cmd nvmeof.RWCommand) (int64, int, bool) {
+	r.lba = cmd.SLBA()
+	if err := nvmeof.CheckLBARange(cmd.SLBA(), cmd.Blocks(), n.nsze); err != nil {
+		r.fail(asCommandError(err))
+		return 0, 0, false
+	}
+	length := uint64(cmd.Blocks()) << n.lbads
+	if err := nvmeof.CheckTransferLen(uint32(r.xferLen), length); err != nil || length > uint64(len(r.xfer)) {
+		if err == nil {
+			r.status, r.errLoc = nvmeof.StatusSGLInvalidDataLength.WithDNR(), offDPTR
+		} else {
+			r.fail(asCommandError(err))
+		}
+		return 0, 0, false
+	}
+	return int64(cmd.SLBA()) << n.lbads, int(length), true
+}
+
+// writeZeroes writes zeroes with the disk's own support, else from a zeroed
+// buffer.
+func writeZeroes(disk backstore.Disk, r *rsp, off, length int64, flags backstore.WriteFlags) error {
+	if z, ok := disk.(backstore.ZeroWriter); ok {
+		err := z.WriteZeroes(off, length, flags)
+		if !errors.Is(err, backstore.ErrUnsupported) {
+			return err
+		}
+	}
+	buf := r.zeroBuf()
+	for length > 0 {
+		n := min(length, int64(len(buf)))
+		if err := disk.WriteAt(buf[:n], off, flags); err != nil {
+			return err
+		}
+		off += n
+		length -= n
+	}
+	return nil
+}
+
+// zeroBuf returns the slot's data buffer cleared (it carries no host data
+// for Write Zeroes).
+func (r *rsp) zeroBuf() []byte {
+	if r.data == nil {
+		return make([]byte, 64<<10)
+	}
+	clear(r.data)
+	return r.data
+}
+
+func (c *controller) compare(r *rsp, disk backstore.Disk, off int64, length int) {
+	buf := make([]byte, length) // Compare is rare: no pool for it
+	if err := disk.ReadAt(buf, off); err != nil {
+		r.status = ioStatus(err, false)
+		return
+	}
+	if !bytes.Equal(buf, r.xfer[:length]) {
+		r.status = nvmeof.StatusCompareFailure.WithDNR()
+	}
+}
+
+func (c *controller) dsm(r *rsp, n *Namespace, cmd nvmeof.DSMCommand) {
+	if !cmd.Deallocate() {
+		return // integral read/write hints are advisory
+	}
+	nr := cmd.Ranges()
+	if len(r.xfer) < nr*nvmeof.DSMRangeSize {
+		r.status, r.errLoc = nvmeof.StatusSGLInvalidDataLength.WithDNR(), offDPTR
+		return
+	}
+	d, ok := n.cfg.Disk.(backstore.Discarder)
+	for i := 0; i < nr; i++ {
+		rg, err := nvmeof.DSMRangeAt(r.xfer, i)
+		if err != nil {
+			r.status, r.errLoc = nvmeof.StatusSGLInvalidDataLength.WithDNR(), offDPTR
+			return
+		}
+		if rg.Length() == 0 {
+			continue
+		}
+		if err := nvmeof.CheckLBARange(rg.SLBA(), rg.Length(), n.nsze); err != nil {
+			r.fail(asCommandError(err))
+			r.errLoc = nvmeof.ParamErrorLocationNone
+			r.lba = rg.SLBA()
+			return
+		}
+		if !ok {
+			continue // deallocation is advisory
+		}
+		if err := d.Discard(int64(rg.SLBA())<<n.lbads, int64(rg.Length())<<n.lbads); err != nil && !errors.Is(err, backstore.ErrUnsupported) {
+			r.status = ioStatus(err, true)
+			return
+		}
+	}
+}
+
+// readsZeroesAfterDiscard tells whether deallocated blocks of disk read
+// back as zeroes (RAM chunks are freed, file holes are punched); block
+// devices make no such promise.
+func readsZeroesAfterDiscard(disk backstore.Disk) bool {
+	switch disk.(type) {
+	case *backstore.Mem, *backstore.File:
+		return true
+	}
+	return false
+}
+
+// ioStatus maps a backstore error to an NVMe status.
+func ioStatus(err error, write bool) nvmeof.Status {
+	var re *backstore.RangeError
+	switch {
+	case errors.As(err, &re):
+		return nvmeof.StatusLBAOutOfRange.WithDNR()
+	case errors.Is(err, backstore.ErrReadOnly):
+		return nvmeof.StatusNamespaceWriteProtected.WithDNR()
+	case errors.Is(err, backstore.ErrClosed):
+		return nvmeof.StatusNamespaceNotReady
+	case write:
+		return nvmeof.StatusWriteFault
+	}
+	return nvmeof.StatusUnrecoveredReadError
+}

@@ -1,0 +1,265 @@
+package target
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/rdisk/rdisk/backstore"
+	"github.com/rdisk/rdisk/nvmeof"
+)
+
+// SubsystemConfig describes an NVM subsystem, as nvmetcli's "subsystems"
+// entries do.
+type SubsystemConfig struct {
+	NQN    string
+	Serial string // 20 printable ASCII characters at most; generated when empty
+	Model  string // 40 at most; "rdisk" when empty
+	// AllowAnyHost admits every host NQN; otherwise only AllowedHosts.
+	AllowAnyHost bool
+	AllowedHosts []string
+	// CntlIDMin and CntlIDMax bound the controller IDs (default 1..0xffef).
+	CntlIDMin, CntlIDMax uint16
+}
+
+// NamespaceConfig describes one namespace.
+type NamespaceConfig struct {
+	NSID  uint32
+	Disk  backstore.Disk
+	NGUID [16]byte // zero: derived from the subsystem and NSID
+	UUID  [16]byte // zero: random
+	EUI64 [8]byte  // zero: not reported
+	// Disabled namespaces are configured but not visible to hosts.
+	Disabled bool
+}
+
+// PortConfig describes a port: an RDMA listener.
+type PortConfig struct {
+	ID uint16
+	// Addr is host:port; the port defaults to 4420.
+	Addr string
+	// InlineDataSize is the in-capsule data the port accepts on I/O queues
+	// (default 4096, at most 16384), advertised through IOCCSZ.
+	InlineDataSize int
+	// MaxQueueSize bounds I/O queue depth (default 128, at most 1024).
+	MaxQueueSize int
+	// MaxIOQueues bounds I/O queues per controller (default 128).
+	MaxIOQueues int
+	// Referrals are other discovery services listed in this port's log.
+	Referrals []Referral
+}
+
+// Referral points hosts to another discovery service.
+type Referral struct {
+	PortID uint16
+	Addr   string // host:port
+}
+
+// Namespace is a live namespace.
+type Namespace struct {
+	cfg   NamespaceConfig
+	nsze  uint64 // in blocks
+	lbads uint8
+}
+
+// Subsystem is a live NVM subsystem. Its methods are safe for concurrent use.
+type Subsystem struct {
+	t   *Target
+	cfg SubsystemConfig
+
+	mu      sync.RWMutex
+	ns      map[uint32]*Namespace
+	ctrls   map[uint16]*controller
+	hosts   map[string]bool
+	nextCID uint16
+}
+
+// NQN returns the subsystem NQN.
+func (s *Subsystem) NQN() string { return s.cfg.NQN }
+
+func newSubsystem(t *Target, cfg SubsystemConfig) (*Subsystem, error) {
+	if cfg.NQN == "" || len(cfg.NQN) > 223 {
+		return nil, fmt.Errorf("subsystem NQN %q: must be 1 to 223 bytes", cfg.NQN)
+	}
+	if cfg.NQN == nvmeof.DiscoveryNQN {
+		return nil, fmt.Errorf("subsystem NQN %q is reserved for discovery", cfg.NQN)
+	}
+	if cfg.Serial == "" {
+		var b [8]byte
+		rand.Read(b[:])
+		cfg.Serial = fmt.Sprintf("%x", b)
+	}
+	if cfg.Model == "" {
+		cfg.Model = "rdisk"
+	}
+	if len(cfg.Serial) > 20 || len(cfg.Model) > 40 {
+		return nil, fmt.Errorf("subsystem %s: serial (max 20) or model (max 40) too long", cfg.NQN)
+	}
+	if cfg.CntlIDMin == 0 {
+		cfg.CntlIDMin = 1
+	}
+	if cfg.CntlIDMax == 0 {
+		cfg.CntlIDMax = 0xffef
+	}
+	if cfg.CntlIDMin > cfg.CntlIDMax || cfg.CntlIDMax > 0xffef {
+		return nil, fmt.Errorf("subsystem %s: controller ID range %d..%d invalid", cfg.NQN, cfg.CntlIDMin, cfg.CntlIDMax)
+	}
+	s := &Subsystem{t: t, cfg: cfg, ns: map[uint32]*Namespace{}, ctrls: map[uint16]*controller{}, hosts: map[string]bool{}, nextCID: cfg.CntlIDMin}
+	for _, h := range cfg.AllowedHosts {
+		s.hosts[h] = true
+	}
+	return s, nil
+}
+
+// hostAllowed tells whether hostNQN may connect.
+func (s *Subsystem) hostAllowed(hostNQN string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.cfg.AllowAnyHost || s.hosts[hostNQN]
+}
+
+// AllowHost adds a host NQN to the allowed list.
+func (s *Subsystem) AllowHost(hostNQN string) {
+	s.mu.Lock()
+	s.hosts[hostNQN] = true
+	s.mu.Unlock()
+	s.t.discoveryChanged()
+}
+
+// AddNamespace adds (or, with the same NSID, replaces) a namespace and
+// notifies connected controllers with a Namespace Attribute Changed event.
+func (s *Subsystem) AddNamespace(cfg NamespaceConfig) error {
+	if cfg.NSID == 0 || cfg.NSID == nvmeof.NSIDAll || cfg.NSID > maxNSID {
+		return fmt.Errorf("namespace ID %d: must be 1 to %d", cfg.NSID, maxNSID)
+	}
+	if cfg.Disk == nil {
+		return fmt.Errorf("namespace %d: no disk", cfg.NSID)
+	}
+	bs := cfg.Disk.BlockSize()
+	if bs < 512 || bs&(bs-1) != 0 {
+		return fmt.Errorf("namespace %d: block size %d is not a power of two of at least 512", cfg.NSID, bs)
+	}
+	if cfg.NGUID == ([16]byte{}) {
+		cfg.NGUID = deriveNGUID(s.cfg.NQN, cfg.NSID)
+	}
+	if cfg.UUID == ([16]byte{}) {
+		rand.Read(cfg.UUID[:])
+		cfg.UUID[6] = cfg.UUID[6]&0x0f | 0x40
+		cfg.UUID[8] = cfg.UUID[8]&0x3f | 0x80
+	}
+	lbads := uint8(0)
+	for 1<<lbads < bs {
+		lbads++
+	}
+	n := &Namespace{cfg: cfg, nsze: uint64(cfg.Disk.Size()) / uint64(bs), lbads: lbads}
+	s.mu.Lock()
+	s.ns[cfg.NSID] = n
+	ctrls := s.controllersLocked()
+	s.mu.Unlock()
+	for _, c := range ctrls {
+		c.namespaceChanged(cfg.NSID)
+	}
+	return nil
+}
+
+// RemoveNamespace removes a namespace; connected controllers are notified.
+func (s *Subsystem) RemoveNamespace(nsid uint32) error {
+	s.mu.Lock()
+	if _, ok := s.ns[nsid]; !ok {
+		s.mu.Unlock()
+		return fmt.Errorf("namespace %d not found in %s", nsid, s.cfg.NQN)
+	}
+	delete(s.ns, nsid)
+	ctrls := s.controllersLocked()
+	s.mu.Unlock()
+	for _, c := range ctrls {
+		c.namespaceChanged(nsid)
+	}
+	return nil
+}
+
+func (s *Subsystem) controllersLocked() []*controller {
+	out := make([]*controller, 0, len(s.ctrls))
+	for _, c := range s.ctrls {
+		out = append(out, c)
+	}
+	return out
+}
+
+// namespace returns an enabled namespace or nil.
+func (s *Subsystem) namespace(nsid uint32) *Namespace {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	n := s.ns[nsid]
+	if n == nil || n.cfg.Disabled {
+		return nil
+	}
+	return n
+}
+
+// activeNSIDs returns the enabled NSIDs greater than after, ascending.
+func (s *Subsystem) activeNSIDs(after uint32) []uint32 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var ids []uint32
+	for id, n := range s.ns {
+		if id > after && !n.cfg.Disabled {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// allocController assigns a controller ID.
+func (s *Subsystem) allocController(c *controller) (uint16, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	span := int(s.cfg.CntlIDMax-s.cfg.CntlIDMin) + 1
+	for i := 0; i < span; i++ {
+		id := s.nextCID
+		s.nextCID++
+		if s.nextCID > s.cfg.CntlIDMax || s.nextCID < s.cfg.CntlIDMin {
+			s.nextCID = s.cfg.CntlIDMin
+		}
+		if _, used := s.ctrls[id]; !used {
+			s.ctrls[id] = c
+			return id, nil
+		}
+	}
+	return 0, errNoControllerID
+}
+
+func (s *Subsystem) freeController(id uint16, c *controller) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctrls[id] == c {
+		delete(s.ctrls, id)
+	}
+}
+
+func (s *Subsystem) controller(id uint16) *controller {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.ctrls[id]
+}
+
+// deriveNGUID makes a stable NGUID from the subsystem NQN and NSID: hosts
+// key multipath and udev names on it, so it must survive restarts.
+func deriveNGUID(nqn string, nsid uint32) [16]byte {
+	h := sha256.Sum256(fmt.Appendf(nil, "%s/%d", nqn, nsid))
+	return [16]byte(h[:16])
+}
+
+const maxNSID = 1024
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+const (
+	errNoControllerID = errorString("nvmeof target: no free controller ID")
+	errQueueBroken    = errorString("nvmeof target: queue broken")
+)

@@ -1,0 +1,305 @@
+package target
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rdisk/rdisk/nvmeof"
+	"github.com/rdisk/rdisk/rdma"
+)
+
+// Config tunes a Target.
+type Config struct {
+	Provider rdma.Provider
+	Logger   *slog.Logger
+	// Firmware is the firmware revision reported in Identify (8 chars max).
+	Firmware string
+}
+
+// Target is an NVMe-oF target: subsystems exported through ports. It is
+// safe for concurrent use.
+type Target struct {
+	p   rdma.Provider
+	log *slog.Logger
+	fw  string
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	started time.Time
+	discSub *Subsystem
+
+	mu     sync.Mutex
+	subs   map[string]*Subsystem
+	ports  map[uint16]*Port
+	genctr uint64
+	disc   map[*controller]bool // discovery controllers, for log change events
+	queues map[*queue]bool
+}
+
+// New creates a Target with no subsystems and no ports.
+func New(cfg Config) (*Target, error) {
+	if cfg.Provider == nil {
+		return nil, fmt.Errorf("nvmeof target: no RDMA provider")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	fw := cfg.Firmware
+	if fw == "" {
+		fw = "rdisk"
+	}
+	if len(fw) > 8 {
+		fw = fw[:8]
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &Target{p: cfg.Provider, log: log, fw: fw, ctx: ctx, cancel: cancel, started: time.Now(),
+		subs: map[string]*Subsystem{}, ports: map[uint16]*Port{}, disc: map[*controller]bool{}, queues: map[*queue]bool{}}
+	t.discSub = &Subsystem{t: t, cfg: SubsystemConfig{NQN: nvmeof.DiscoveryNQN, Serial: "rdisk-discovery", Model: "rdisk discovery",
+		AllowAnyHost: true, CntlIDMin: 1, CntlIDMax: 0xffef}, ns: map[uint32]*Namespace{}, ctrls: map[uint16]*controller{}, hosts: map[string]bool{}, nextCID: 1}
+	return t, nil
+}
+
+func (t *Target) addQueue(q *queue) {
+	t.mu.Lock()
+	t.queues[q] = true
+	t.mu.Unlock()
+}
+
+func (t *Target) removeQueue(q *queue) {
+	t.mu.Lock()
+	delete(t.queues, q)
+	t.mu.Unlock()
+}
+
+// AddSubsystem creates a subsystem.
+func (t *Target) AddSubsystem(cfg SubsystemConfig) (*Subsystem, error) {
+	s, err := newSubsystem(t, cfg)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	if _, dup := t.subs[cfg.NQN]; dup {
+		t.mu.Unlock()
+		return nil, fmt.Errorf("subsystem %s already exists", cfg.NQN)
+	}
+	t.subs[cfg.NQN] = s
+	t.mu.Unlock()
+	return s, nil
+}
+
+// Subsystem returns a subsystem by NQN, or nil.
+func (t *Target) Subsystem(nqn string) *Subsystem {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.subs[nqn]
+}
+
+// Port is a live port.
+type Port struct {
+	t    *Target
+	cfg  PortConfig
+	ln   rdma.Listener
+	host string
+	svc  string
+
+	mu   sync.Mutex
+	subs []*Subsystem
+}
+
+// Addr is the address the port listens on.
+func (p *Port) Addr() net.Addr { return p.ln.Addr() }
+
+// AddPort starts listening on a port.
+func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
+	if cfg.InlineDataSize == 0 {
+		cfg.InlineDataSize = 4096
+	}
+	if cfg.InlineDataSize < 0 || cfg.InlineDataSize > 16384 {
+		return nil, fmt.Errorf("port %d: inline data size %d outside 0..16384", cfg.ID, cfg.InlineDataSize)
+	}
+	if cfg.MaxQueueSize == 0 {
+		cfg.MaxQueueSize = 128
+	}
+	if cfg.MaxQueueSize < 16 || cfg.MaxQueueSize > 1024 {
+		return nil, fmt.Errorf("port %d: queue size %d outside 16..1024", cfg.ID, cfg.MaxQueueSize)
+	}
+	if cfg.MaxIOQueues == 0 {
+		cfg.MaxIOQueues = 128
+	}
+	if cfg.MaxIOQueues < 1 || cfg.MaxIOQueues > 128 {
+		return nil, fmt.Errorf("port %d: I/O queues %d outside 1..128", cfg.ID, cfg.MaxIOQueues)
+	}
+	host, svc, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		host, svc = cfg.Addr, "4420"
+	}
+	t.mu.Lock()
+	if _, dup := t.ports[cfg.ID]; dup {
+		t.mu.Unlock()
+		return nil, fmt.Errorf("port %d already exists", cfg.ID)
+	}
+	t.mu.Unlock()
+	ln, err := t.p.Listen(t.ctx, net.JoinHostPort(host, svc))
+	if err != nil {
+		return nil, fmt.Errorf("port %d: %w", cfg.ID, err)
+	}
+	if ta, ok := ln.Addr().(*net.TCPAddr); ok {
+		svc = strconv.Itoa(ta.Port)
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			host = ta.IP.String()
+		}
+	}
+	p := &Port{t: t, cfg: cfg, ln: ln, host: host, svc: svc}
+	t.mu.Lock()
+	t.ports[cfg.ID] = p
+	t.mu.Unlock()
+	t.wg.Add(1)
+	go p.acceptLoop()
+	t.log.Info("nvmeof: port listening", "port", cfg.ID, "addr", ln.Addr())
+	return p, nil
+}
+
+// LinkSubsystem exports s through p.
+func (p *Port) LinkSubsystem(s *Subsystem) {
+	p.mu.Lock()
+	if !slices.Contains(p.subs, s) {
+		p.subs = append(p.subs, s)
+	}
+	p.mu.Unlock()
+	p.t.discoveryChanged()
+}
+
+// subsystem returns the subsystem nqn if this port exports it.
+func (p *Port) subsystem(nqn string) *Subsystem {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.subs {
+		if s.cfg.NQN == nqn {
+			return s
+		}
+	}
+	return nil
+}
+
+func (p *Port) acceptLoop() {
+	defer p.t.wg.Done()
+	for {
+		req, err := p.ln.Accept(p.t.ctx)
+		if err != nil {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, rdma.ErrClosed) {
+				p.t.log.Warn("nvmeof: accept failed", "port", p.cfg.ID, "err", err)
+			}
+			return
+		}
+		p.t.wg.Add(1)
+		go func() {
+			defer p.t.wg.Done()
+			p.serveConn(req)
+		}()
+	}
+}
+
+// discoveryChanged bumps the discovery log generation and notifies the
+// discovery controllers that asked for it.
+func (t *Target) discoveryChanged() {
+	t.mu.Lock()
+	t.genctr++
+	var cs []*controller
+	for c := range t.disc {
+		cs = append(cs, c)
+	}
+	t.mu.Unlock()
+	for _, c := range cs {
+		c.discoveryChanged()
+	}
+}
+
+// discoveryLog builds the discovery log page for a host on port p.
+func (t *Target) discoveryLog(p *Port, hostNQN string) []byte {
+	t.mu.Lock()
+	gen := t.genctr
+	t.mu.Unlock()
+	var entries []nvmeof.DiscoveryLogEntry
+	adrfam := nvmeof.AdrFamIPv4
+	if ip := net.ParseIP(p.host); ip != nil && ip.To4() == nil {
+		adrfam = nvmeof.AdrFamIPv6
+	}
+	entry := func(sub uint8, portID uint16, host, svc, nqn string) nvmeof.DiscoveryLogEntry {
+		return nvmeof.DiscoveryLogEntry{
+			TrType: nvmeof.TrTypeRDMA, AdrFam: adrfam, SubType: sub, TReq: nvmeof.TReqNotSpecified,
+			PortID: portID, CNTLID: nvmeof.CNTLIDDynamic, ASQSZ: nvmeof.AdminQueueDepth,
+			TrSvcID: svc, TrAddr: host, SubNQN: nqn,
+			RDMAQPType: nvmeof.RDMAQPTypeConnected, RDMAPrType: nvmeof.RDMAPrTypeNotSpecified, RDMACMS: nvmeof.RDMACMSRDMACM,
+		}
+	}
+	p.mu.Lock()
+	for _, s := range p.subs {
+		if s.hostAllowed(hostNQN) {
+			entries = append(entries, entry(nvmeof.SubTypeNVMe, p.cfg.ID, p.host, p.svc, s.cfg.NQN))
+		}
+	}
+	p.mu.Unlock()
+	for _, r := range p.cfg.Referrals {
+		h, s, err := net.SplitHostPort(r.Addr)
+		if err != nil {
+			h, s = r.Addr, "4420"
+		}
+		entries = append(entries, entry(nvmeof.SubTypeReferral, r.PortID, h, s, nvmeof.DiscoveryNQN))
+	}
+	buf := make([]byte, nvmeof.DiscoveryLogSize(len(entries)))
+	if _, err := nvmeof.EncodeDiscoveryLog(buf, gen, entries); err != nil {
+		t.log.Warn("nvmeof: encoding discovery log", "err", err)
+		buf = make([]byte, nvmeof.DiscoveryLogSize(0))
+		nvmeof.EncodeDiscoveryLog(buf, gen, nil)
+	}
+	return buf
+}
+
+// Close stops every port and disconnects every controller.
+func (t *Target) Close() error {
+	t.cancel()
+	t.mu.Lock()
+	ports := make([]*Port, 0, len(t.ports))
+	for _, p := range t.ports {
+		ports = append(ports, p)
+	}
+	subs := make([]*Subsystem, 0, len(t.subs))
+	for _, s := range t.subs {
+		subs = append(subs, s)
+	}
+	discs := make([]*controller, 0, len(t.disc))
+	for c := range t.disc {
+		discs = append(discs, c)
+	}
+	t.mu.Unlock()
+	for _, p := range ports {
+		p.ln.Close()
+	}
+	for _, s := range subs {
+		s.mu.RLock()
+		cs := s.controllersLocked()
+		s.mu.RUnlock()
+		for _, c := range cs {
+			c.teardown("target closing")
+		}
+	}
+	for _, c := range discs {
+		c.teardown("target closing")
+	}
+	t.mu.Lock()
+	for q := range t.queues {
+		q.disconnect()
+	}
+	t.mu.Unlock()
+	t.wg.Wait()
+	return nil
+}
