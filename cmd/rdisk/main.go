@@ -30,6 +30,7 @@ func newApp() *cli.App {
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 		},
 		Commands: []*cli.Command{
+			targetCommand(),
 			rdmaPerfCommand(),
 		},
 	}

@@ -1,0 +1,240 @@
+// Package target turns a target configuration (the NVMe-oF part in
+// nvmetcli's saved JSON format, so Linux users can bring theirs) into a
+// running target: it opens the backstores, creates subsystems, namespaces
+// and ports, and closes them all again.
+package target
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/rdisk/rdisk/backstore"
+	"github.com/rdisk/rdisk/internal/units"
+	nvmet "github.com/rdisk/rdisk/nvmeof/target"
+	"github.com/rdisk/rdisk/rdma"
+)
+
+// Config is nvmetcli's JSON (/etc/nvmet/config.json), with an rdisk
+// extension: a namespace "device" may name a RAM disk as "ram:SIZE" (for
+// example "ram:1GiB") or a null disk as "null:SIZE".
+type Config struct {
+	Hosts      []Host      `json:"hosts"`
+	Ports      []Port      `json:"ports"`
+	Subsystems []Subsystem `json:"subsystems"`
+}
+
+// Host is an allowed host entry.
+type Host struct {
+	NQN string `json:"nqn"`
+}
+
+// Port is an nvmetcli port.
+type Port struct {
+	PortID     uint16            `json:"portid"`
+	Addr       PortAddr          `json:"addr"`
+	Param      map[string]string `json:"param,omitempty"`
+	Referrals  []Referral        `json:"referrals,omitempty"`
+	Subsystems []string          `json:"subsystems"`
+}
+
+// PortAddr is a port's transport address.
+type PortAddr struct {
+	AdrFam  string `json:"adrfam"`
+	TrAddr  string `json:"traddr"`
+	TrSvcID string `json:"trsvcid"`
+	TrType  string `json:"trtype"`
+	TReq    string `json:"treq,omitempty"`
+}
+
+// Referral is a port referral.
+type Referral struct {
+	Name   string   `json:"name"`
+	PortID uint16   `json:"portid"`
+	Addr   PortAddr `json:"addr"`
+}
+
+// Subsystem is an nvmetcli subsystem.
+type Subsystem struct {
+	NQN          string            `json:"nqn"`
+	Attr         map[string]string `json:"attr"`
+	AllowedHosts []string          `json:"allowed_hosts"`
+	Namespaces   []Namespace       `json:"namespaces"`
+}
+
+// Namespace is an nvmetcli namespace.
+type Namespace struct {
+	NSID   uint32 `json:"nsid"`
+	Enable int    `json:"enable"`
+	Device struct {
+		Path  string `json:"path"`
+		NGUID string `json:"nguid,omitempty"`
+		UUID  string `json:"uuid,omitempty"`
+	} `json:"device"`
+	BlockSize int `json:"rdisk_block_size,omitempty"`
+}
+
+// Parse reads a configuration.
+func Parse(r io.Reader) (*Config, error) {
+	var c Config
+	dec := json.NewDecoder(r)
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("parsing nvmetcli JSON: %w", err)
+	}
+	return &c, nil
+}
+
+// Running is a started configuration.
+type Running struct {
+	T     *nvmet.Target
+	Ports []*nvmet.Port
+	disks []backstore.Disk
+}
+
+// Close stops the target and closes the disks.
+func (r *Running) Close() error {
+	err := r.T.Close()
+	for _, d := range r.disks {
+		if cerr := d.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// Start builds and starts a target from c.
+func Start(c *Config, p rdma.Provider, log *slog.Logger) (_ *Running, err error) {
+	t, err := nvmet.New(nvmet.Config{Provider: p, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	run := &Running{T: t}
+	defer func() {
+		if err != nil {
+			run.Close()
+		}
+	}()
+	subs := map[string]*nvmet.Subsystem{}
+	for _, s := range c.Subsystems {
+		sc := nvmet.SubsystemConfig{NQN: s.NQN, AllowedHosts: s.AllowedHosts, Serial: s.Attr["serial"], Model: s.Attr["model"]}
+		sc.AllowAnyHost = s.Attr["allow_any_host"] == "1"
+		if v, ok := s.Attr["cntlid_min"]; ok {
+			n, err := strconv.ParseUint(v, 0, 16)
+			if err != nil {
+				return nil, fmt.Errorf("subsystem %s: cntlid_min %q: %w", s.NQN, v, err)
+			}
+			sc.CntlIDMin = uint16(n)
+		}
+		if v, ok := s.Attr["cntlid_max"]; ok {
+			n, err := strconv.ParseUint(v, 0, 16)
+			if err != nil {
+				return nil, fmt.Errorf("subsystem %s: cntlid_max %q: %w", s.NQN, v, err)
+			}
+			sc.CntlIDMax = uint16(n)
+		}
+		sub, err := t.AddSubsystem(sc)
+		if err != nil {
+			return nil, err
+		}
+		subs[s.NQN] = sub
+		for _, ns := range s.Namespaces {
+			disk, err := OpenDevice(ns.Device.Path, ns.BlockSize)
+			if err != nil {
+				return nil, fmt.Errorf("subsystem %s namespace %d: %w", s.NQN, ns.NSID, err)
+			}
+			run.disks = append(run.disks, disk)
+			nc := nvmet.NamespaceConfig{NSID: ns.NSID, Disk: disk, Disabled: ns.Enable == 0}
+			if ns.Device.NGUID != "" {
+				b, err := hex.DecodeString(strings.ReplaceAll(ns.Device.NGUID, "-", ""))
+				if err != nil || len(b) != 16 {
+					return nil, fmt.Errorf("subsystem %s namespace %d: NGUID %q is not 16 hex bytes", s.NQN, ns.NSID, ns.Device.NGUID)
+				}
+				nc.NGUID = [16]byte(b)
+			}
+			if ns.Device.UUID != "" {
+				b, err := hex.DecodeString(strings.ReplaceAll(ns.Device.UUID, "-", ""))
+				if err != nil || len(b) != 16 {
+					return nil, fmt.Errorf("subsystem %s namespace %d: UUID %q is not 16 hex bytes", s.NQN, ns.NSID, ns.Device.UUID)
+				}
+				nc.UUID = [16]byte(b)
+			}
+			if err := sub.AddNamespace(nc); err != nil {
+				return nil, fmt.Errorf("subsystem %s: %w", s.NQN, err)
+			}
+		}
+	}
+	for _, pc := range c.Ports {
+		if pc.Addr.TrType != "" && pc.Addr.TrType != "rdma" {
+			return nil, fmt.Errorf("port %d: transport %q is not supported (rdma only)", pc.PortID, pc.Addr.TrType)
+		}
+		if pc.Addr.TrSvcID == "" {
+			pc.Addr.TrSvcID = "4420"
+		}
+		cfg := nvmet.PortConfig{ID: pc.PortID, Addr: net.JoinHostPort(pc.Addr.TrAddr, pc.Addr.TrSvcID)}
+		if v, ok := pc.Param["inline_data_size"]; ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return nil, fmt.Errorf("port %d: inline_data_size %q: %w", pc.PortID, v, err)
+			}
+			cfg.InlineDataSize = n
+		}
+		for _, r := range pc.Referrals {
+			svc := r.Addr.TrSvcID
+			if svc == "" {
+				svc = "4420"
+			}
+			cfg.Referrals = append(cfg.Referrals, nvmet.Referral{PortID: r.PortID, Addr: net.JoinHostPort(r.Addr.TrAddr, svc)})
+		}
+		port, err := t.AddPort(cfg)
+		if err != nil {
+			return nil, err
+		}
+		run.Ports = append(run.Ports, port)
+		for _, nqn := range pc.Subsystems {
+			sub := subs[nqn]
+			if sub == nil {
+				return nil, fmt.Errorf("port %d: subsystem %s is not defined", pc.PortID, nqn)
+			}
+			port.LinkSubsystem(sub)
+		}
+	}
+	return run, nil
+}
+
+// OpenDevice opens a namespace's backing store: "ram:SIZE", "null:SIZE",
+// a block device, or a regular file. blockSize 0 means 512 (block devices
+// use their logical block size).
+func OpenDevice(path string, blockSize int) (backstore.Disk, error) {
+	if kind, size, ok := strings.Cut(path, ":"); ok && (kind == "ram" || kind == "null") {
+		n, err := units.ParseSize(size)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		bs := blockSize
+		if bs == 0 {
+			bs = 512
+		}
+		if kind == "null" {
+			return backstore.NewNull(n, bs), nil
+		}
+		return backstore.NewMem(n, bs)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	if fi.Mode()&os.ModeDevice != 0 {
+		return backstore.OpenBlock(path, backstore.BlockOptions{BlockSize: blockSize})
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is neither a block device nor a regular file", path)
+	}
+	return backstore.OpenFile(path, backstore.FileOptions{BlockSize: blockSize})
+}
+

@@ -1,0 +1,87 @@
+package target
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rdisk/rdisk/rdma/iwarp"
+)
+
+// An nvmetcli save, as Linux writes /etc/nvmet/config.json (with a file and
+// a RAM namespace).
+const nvmetcliJSON = `{
+  "hosts": [{"nqn": "nqn.2014-08.org.nvmexpress:uuid:aaaa"}],
+  "ports": [
+    {
+      "addr": {"adrfam": "ipv4", "traddr": "127.0.0.1", "treq": "not specified", "trsvcid": "0", "trtype": "rdma"},
+      "param": {"inline_data_size": "8192"},
+      "portid": 1,
+      "referrals": [],
+      "subsystems": ["nqn.2026-11.io.rdisk:cfg"]
+    }
+  ],
+  "subsystems": [
+    {
+      "allowed_hosts": ["nqn.2014-08.org.nvmexpress:uuid:aaaa"],
+      "attr": {"allow_any_host": "0", "cntlid_max": "65519", "cntlid_min": "1", "model": "Linux", "serial": "0123456789abcdef", "version": "1.3"},
+      "namespaces": [
+        {"device": {"nguid": "00000000-0000-0000-0000-000000000001", "path": "FILE", "uuid": "8f1a2f6c-1b2a-4d3e-9f00-112233445566"}, "enable": 1, "nsid": 1},
+        {"device": {"path": "ram:64MiB"}, "enable": 1, "nsid": 2}
+      ],
+      "nqn": "nqn.2026-11.io.rdisk:cfg"
+    }
+  ]
+}`
+
+func TestStartNvmetcliConfig(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "disk.img")
+	if err := os.WriteFile(file, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(strings.NewReader(strings.Replace(nvmetcliJSON, "FILE", file, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := iwarp.New(iwarp.Config{})
+	run, err := Start(c, p, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Close()
+	sub := run.T.Subsystem("nqn.2026-11.io.rdisk:cfg")
+	if sub == nil || len(run.Ports) != 1 {
+		t.Fatalf("subsystem %v ports %d", sub, len(run.Ports))
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	t.Parallel()
+	p, _ := iwarp.New(iwarp.Config{})
+	for _, tc := range []struct{ json, want string }{
+		{`{"subsystems":[{"nqn":"nqn.x","attr":{},"namespaces":[{"nsid":1,"enable":1,"device":{"path":"/nonexistent/disk"}}]}]}`, "/nonexistent/disk"},
+		{`{"ports":[{"portid":1,"addr":{"trtype":"tcp","traddr":"127.0.0.1","trsvcid":"0"},"subsystems":[]}]}`, "transport \"tcp\""},
+		{`{"ports":[{"portid":1,"addr":{"trtype":"rdma","traddr":"127.0.0.1","trsvcid":"0"},"subsystems":["nqn.missing"]}]}`, "not defined"},
+		{`{"subsystems":[{"nqn":"nqn.x","attr":{},"namespaces":[{"nsid":1,"enable":1,"device":{"path":"ram:12Q"}}]}]}`, "ram:12Q"},
+	} {
+		c, err := Parse(strings.NewReader(tc.json))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run, err := Start(c, p, slog.New(slog.DiscardHandler))
+		if err == nil {
+			run.Close()
+			t.Errorf("Start(%s) succeeded", tc.json)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Start(%s) = %v, want it to mention %q", tc.json, err, tc.want)
+		}
+	}
+	if _, err := Parse(strings.NewReader("{")); err == nil {
+		t.Error("truncated JSON parsed")
+	}
+}
