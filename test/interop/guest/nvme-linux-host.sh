@@ -1,0 +1,80 @@
+#!/bin/sh
+# rdisk interop: the Linux kernel's NVMe/RDMA host (nvme-cli, nvme-rdma over
+# siw) against rdisk's NVMe-oF target (pure-Go iWARP), inside the lab guest.
+# Run it through test/interop/run-nvme-linux-host.sh; /guest/files (on PATH)
+# holds `rdisk` (CGO_ENABLED=0) and the lab's lab-net.sh.
+# Output: NVME-LINUX-HOST-<step>: PASS|FAIL lines and NVME-LINUX-HOST: PASS|FAIL.
+if [ -f /guest/files/lab-net.sh ]; then
+  . /guest/files/lab-net.sh
+else
+  LAB_IP=169.254.99.1
+  lab_dummy_up() {
+    ip link show dummy0 >/dev/null 2>&1 || ip link add dummy0 type dummy
+    ip link set dummy0 up
+    ip addr add $LAB_IP/16 dev dummy0 2>/dev/null || true
+  }
+fi
+NQN=nqn.2026-11.io.rdisk:default
+MB=${NVME_MB:-64}
+fails=0
+step() { # step NAME RC
+  if [ "$2" = 0 ]; then echo "NVME-LINUX-HOST-$1: PASS"; else echo "NVME-LINUX-HOST-$1: FAIL (rc=$2)"; fails=$((fails+1)); fi
+}
+
+lab_dummy_up
+rdma link add siw0 type siw netdev dummy0 || { echo "NVME-LINUX-HOST: FAIL (rdma link add)"; exit 1; }
+rdisk --log-level "${RDISK_LOG_LEVEL:-info}" target --listen $LAB_IP:4420 --allow-any-host --size 256MiB > /tmp/target.log 2>&1 &
+TPID=$!
+sleep 1
+cat /tmp/target.log
+
+nvme discover -t rdma -a $LAB_IP -s 4420; step discover $?
+nvme connect -t rdma -a $LAB_IP -s 4420 -n $NQN; step connect $?
+dev=
+i=0
+while [ $i -lt 100 ] && [ -z "$dev" ]; do
+  for c in /sys/class/nvme/nvme*; do
+    [ -f $c/subsysnqn ] && [ "$(cat $c/subsysnqn)" = "$NQN" ] || continue
+    for n in $(ls -d $c/nvme*n* 2>/dev/null); do
+      d=$(basename $n | sed 's/c[0-9]*n/n/')
+      [ -b /dev/$d ] && dev=/dev/$d
+    done
+  done
+  i=$((i+1)); sleep 0.2
+done
+if [ -z "$dev" ]; then
+  step namespace 1
+else
+  echo "namespace device: $dev ($(cat /sys/block/$(basename $dev)/size) sectors)"
+  step namespace 0
+  nvme list
+  nvme id-ctrl $dev | head -40; step id-ctrl $?
+  nvme id-ns $dev | head -20; step id-ns $?
+  dd if=/dev/urandom of=/tmp/pattern bs=1M count=$MB 2>/dev/null
+  t0=$(cut -d' ' -f1 /proc/uptime)
+  dd if=/tmp/pattern of=$dev bs=1M count=$MB oflag=direct conv=fsync; step write-${MB}MiB-odirect $?
+  t1=$(cut -d' ' -f1 /proc/uptime)
+  dd if=$dev of=/tmp/readback bs=1M count=$MB iflag=direct; step read-${MB}MiB-odirect $?
+  t2=$(cut -d' ' -f1 /proc/uptime)
+  cmp /tmp/pattern /tmp/readback; step verify-${MB}MiB $?
+  echo "write $(echo "$t0 $t1" | awk '{printf "%.2f", $2-$1}') s, read $(echo "$t1 $t2" | awk '{printf "%.2f", $2-$1}') s (TCG guest)"
+  # 4 KiB random writes at odd offsets through the page cache-free path.
+  dd if=/tmp/pattern of=$dev bs=4k count=16 seek=777 oflag=direct 2>/dev/null
+  dd if=$dev of=/tmp/small bs=4k count=16 skip=777 iflag=direct 2>/dev/null
+  dd if=/tmp/pattern of=/tmp/small.want bs=4k count=16 2>/dev/null
+  cmp /tmp/small /tmp/small.want; step verify-4k-offset $?
+  nvme smart-log $dev; step smart-log $?
+  nvme flush $dev -n 1; step flush $?
+  nvme dsm $dev -n 1 -d -s 0 -b 8 2>&1; step dsm-deallocate $?
+  nvme write-zeroes $dev -n 1 -s 8 -c 7 2>&1; step write-zeroes $?
+  nvme get-feature $dev -f 0x6 2>&1; step get-feature-vwc $?
+fi
+nvme disconnect -n $NQN; step disconnect $?
+sleep 0.5
+echo "--- target log"; cat /tmp/target.log | tail -20
+kill $TPID 2>/dev/null
+echo "--- kernel log"; dmesg | grep -Ei 'nvme|siw|rdma' | tail -30
+echo "=== summary ==="
+if [ $fails = 0 ]; then echo "NVME-LINUX-HOST: PASS"; exit 0; fi
+echo "NVME-LINUX-HOST: FAIL ($fails steps)"
+exit 1
