@@ -237,4 +237,3 @@ func OpenDevice(path string, blockSize int) (backstore.Disk, error) {
 	}
 	return backstore.OpenFile(path, backstore.FileOptions{BlockSize: blockSize})
 }
-
