@@ -134,10 +134,11 @@ type ConnParam struct {
 	InitiatorDepth int
 }
 
-// MaxPrivateData is the largest private data the connection manager carries
-// (MPA allows 512 bytes; Linux siw and the RDMA CM keep to 256 minus their
-// own words, so rdisk keeps to the smaller common bound).
-const MaxPrivateData = 196
+// MaxPrivateData is the largest private data a ULP may pass to Connect,
+// Accept or Reject: iWARP's RDMA_MAX_PRIVATE_DATA (256 bytes, what Linux siw
+// accepts) less the 4 bytes of MPA v2 IRD/ORD words. InfiniBand providers
+// carry less in some messages and return an error for more.
+const MaxPrivateData = 252
 
 // QPState is the state of a QP.
 type QPState uint8

@@ -193,8 +193,8 @@ func (r *connReq) Reject(privateData []byte) error {
 	var err error = rdma.ErrClosed
 	r.once.Do(func() {
 		err = nil
-		if len(privateData) > siwMaxPrivateData {
-			privateData = privateData[:siwMaxPrivateData]
+		if len(privateData) > rdma.MaxPrivateData {
+			privateData = privateData[:rdma.MaxPrivateData]
 		}
 		rf := mpaFrame{Reply: true, Reject: true, Rev: r.f.Rev, Enhanced: r.f.Enhanced, PrivateData: privateData}
 		if rf.Rev == 0 {

@@ -18,11 +18,11 @@ const (
 	mpaFlagReject   = 0x20
 	mpaFlagEnhanced = 0x10 // RFC 6581 enhanced connection establishment
 
-	// MaxMPAPrivateData is RFC 5044's bound on private data in a request or
-	// reply (§7.1: PD_Length at most 512). siw accepts at most 256
-	// (RDMA_MAX_PRIVATE_DATA), which is what rdisk sends at most.
+	// maxMPAPrivateData is RFC 5044's bound on private data in a request or
+	// reply (§7.1: PD_Length at most 512), which rdisk accepts. siw accepts
+	// at most 256 (RDMA_MAX_PRIVATE_DATA), which bounds what rdisk sends:
+	// rdma.MaxPrivateData plus the 4 bytes of IRD/ORD words.
 	maxMPAPrivateData = 512
-	siwMaxPrivateData = 256
 
 	// RFC 6581 §5 IRD/ORD words.
 	mpaV2PeerToPeer  = 0x8000 // in IRD word

@@ -26,6 +26,7 @@ func Run(t *testing.T, newProvider NewProvider) {
 	}{
 		{"ConnectPrivateData", testConnectPrivateData},
 		{"Reject", testReject},
+		{"MaxPrivateData", testMaxPrivateData},
 		{"SendSmall", testSendSmall},
 		{"SendMultiFPDUScatterGather", testSendSG},
 		{"RDMAWrite", testWrite},
@@ -235,6 +236,17 @@ func testConnectPrivateData(t *testing.T, np NewProvider) {
 	}
 	if c.QP.RemoteAddr().String() != s.QP.LocalAddr().String() {
 		t.Errorf("client remote %s != server local %s", c.QP.RemoteAddr(), s.QP.LocalAddr())
+	}
+}
+
+func testMaxPrivateData(t *testing.T, np NewProvider) {
+	big := bytes.Repeat([]byte{0xa5}, rdma.MaxPrivateData)
+	Pair(t, prov(t, np), PairConfig{ClientPD: big, ServerPD: big})
+	c := newEnd(t, np(t), PairConfig{BufSize: 4096}, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.QP.Connect(ctx, "127.0.0.1:1", rdma.ConnParam{PrivateData: append(big, 1)}); err == nil {
+		t.Fatal("connect with more than MaxPrivateData bytes succeeded")
 	}
 }
 
