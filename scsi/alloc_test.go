@@ -1,0 +1,57 @@
+package scsi
+
+import (
+	"testing"
+)
+
+// TestNoAllocations checks that the READ and WRITE paths (and TEST UNIT
+// READY, and failures with sense data) allocate nothing per command. It
+// does not call t.Parallel: testing.AllocsPerRun counts the allocations of
+// the whole process.
+func TestNoAllocations(t *testing.T) {
+	f := newFixture(t, nil, LUConfig{})
+	buf := make([]byte, 64<<10)
+	sense := make([]byte, SenseBufferLen)
+	c := &Command{Sense: sense}
+	r10, r16 := rw10(OpRead10, 8, 128, 0), rw16(OpRead16, 8, 8, flagFUA)
+	w10, w16 := rw10(OpWrite10, 8, 128, 0), rw16(OpWrite16, 8, 8, flagFUA)
+	t0, oob := tur(), rw10(OpRead10, testBlocks, 1, 0)
+	cw := caw(16, 1, 0)
+	cawData := make([]byte, 2*testBS)
+	cmds := map[string]func(){
+		"READ(10)": func() {
+			*c = Command{CDB: r10, Dir: DirIn, ExpectedLength: 128 * testBS, DataIn: buf, Sense: sense}
+		},
+		"READ(16) FUA": func() {
+			*c = Command{CDB: r16, Dir: DirIn, ExpectedLength: 8 * testBS, DataIn: buf, Sense: sense}
+		},
+		"WRITE(10)": func() {
+			*c = Command{CDB: w10, Dir: DirOut, ExpectedLength: 128 * testBS, DataOut: buf, Sense: sense}
+		},
+		"WRITE(16) FUA": func() {
+			*c = Command{CDB: w16, Dir: DirOut, ExpectedLength: 8 * testBS, DataOut: buf, Sense: sense}
+		},
+		"TEST UNIT READY": func() { *c = Command{CDB: t0, Sense: sense} },
+		"READ ending inside a block": func() {
+			*c = Command{CDB: r10, Dir: DirIn, ExpectedLength: 1000, DataIn: buf, Sense: sense}
+		},
+		"COMPARE AND WRITE": func() {
+			*c = Command{CDB: cw, Dir: DirOut, ExpectedLength: 2 * testBS, DataOut: cawData, Sense: sense}
+		},
+		"READ out of range": func() {
+			*c = Command{CDB: oob, Dir: DirIn, ExpectedLength: testBS, DataIn: buf, Sense: sense}
+		},
+	}
+	for name, setup := range cmds {
+		// Warm up: RAM chunks, I_T_L state.
+		setup()
+		f.s1.Execute(c)
+		allocs := testing.AllocsPerRun(50, func() {
+			setup()
+			f.s1.Execute(c)
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %.1f allocations per command, want 0", name, allocs)
+		}
+	}
+}

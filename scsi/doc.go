@@ -1,0 +1,90 @@
+// Package scsi is rdisk's transport-neutral SCSI target core: SPC-4 and
+// SBC-3 semantics over a backstore.Disk, shared by the iSER, iSCSI/TCP and
+// SRP targets. It parses and executes commands; it knows nothing of PDUs,
+// information units or RDMA.
+//
+// # Shape
+//
+// A Target holds a LUN map of logical units (LU, made by NewLU from a
+// backstore.Disk and an LUConfig identity). A transport opens a Session per
+// I_T nexus (Target.NewSession, with the initiator port name, the relative
+// target port and the protocol identifier), passes each command to
+// Session.Execute and each task management request to
+// Session.TaskManagement, and closes the session on logout or connection
+// loss. Commands to unmapped LUNs are answered as SPC-4 asks (INQUIRY with
+// peripheral qualifier 011b, REPORT LUNS, LOGICAL UNIT NOT SUPPORTED).
+//
+// Execute follows "parse, then execute": the opcode (and service action)
+// selects a descriptor from the LU's command table (which also feeds REPORT
+// SUPPORTED OPERATION CODES, so the two always agree), unit attentions and
+// reservation conflicts are checked, fields are validated with the
+// sense-key-specific field pointer of the offending bit, and only then does
+// the command touch the disk. CDBs are read through byte-slice views; no
+// CDB is copied.
+//
+// # Transport contract
+//
+// The transport owns every buffer: the CDB, the data-out bytes it has
+// already received (or pulled with RDMA Read), the data-in buffer the core
+// fills (registered memory it then sends), and the sense buffer. The core
+// keeps no reference after Execute returns and allocates nothing per READ
+// or WRITE (the allocation tests check this). Command documents the buffer
+// rules, the residual rules (overflow and underflow per SAM-5 and RFC 7143,
+// matching libiscsi's iSCSIResiduals tests) and the abort contract: an
+// aborted command returns from Execute with Aborted set (send nothing) or
+// with TASK ABORTED status (tasks of other nexuses; TAS is set).
+// Session.DataOutLength tells an RDMA transport how much data-out a command
+// will use before it pulls it.
+//
+// Execute blocks for the backstore I/O and may be called by many goroutines
+// at once, for one session or many. Commands that need media data besides
+// the transport's buffers (VERIFY, COMPARE AND WRITE, ORWRITE, WRITE SAME
+// patterns, reads whose expected length ends inside a block) use a small
+// per-LU pool of reusable scratch buffers.
+//
+// # Commands
+//
+// SPC: TEST UNIT READY, INQUIRY (standard data; VPD pages 00h, 80h, 83h
+// with NAA, T10 vendor ID, EUI-64, relative target port, target port group
+// and SCSI name designators, B0h, B1h, B2h), REQUEST SENSE, REPORT LUNS,
+// MODE SENSE(6/10) and MODE SELECT(6/10) (caching, control, informational
+// exceptions; current, changeable and default values), LOG SENSE (supported
+// pages, temperature, informational exceptions), REPORT SUPPORTED
+// OPERATION CODES (all, one command, with timeout descriptors), REPORT
+// SUPPORTED TASK MANAGEMENT FUNCTIONS, REPORT TARGET PORT GROUPS, PERSISTENT
+// RESERVE IN (READ KEYS, READ RESERVATION, REPORT CAPABILITIES, READ FULL
+// STATUS) and OUT (REGISTER, REGISTER AND IGNORE EXISTING KEY, RESERVE,
+// RELEASE, CLEAR, PREEMPT, PREEMPT AND ABORT; all six reservation types),
+// RESERVE(6/10) and RELEASE(6/10).
+//
+// SBC: READ CAPACITY(10/16), READ and WRITE(6/10/12/16) with FUA, WRITE AND
+// VERIFY(10/12/16), VERIFY(10/12/16) with BYTCHK 00b/01b/11b, SYNCHRONIZE
+// CACHE(10/16), WRITE SAME(10/16) with UNMAP and NDOB, UNMAP, GET LBA STATUS,
+// COMPARE AND WRITE, ORWRITE(16), PRE-FETCH(10/16), START STOP UNIT and
+// PREVENT ALLOW MEDIUM REMOVAL. COMPARE AND WRITE and ORWRITE are atomic
+// against every other writer of their range (a range lock whose common case
+// is two atomic operations per write).
+//
+// Not implemented (INVALID COMMAND OPERATION CODE): FORMAT UNIT, SANITIZE,
+// READ DEFECT DATA, LOG SELECT, EXTENDED COPY and the other third-party copy
+// commands, WRITE ATOMIC, the 32-byte variable-length CDBs (READ(32),
+// ORWRITE(32)...), protection information (xxPROTECT fields other than 0
+// are refused), ACA (NACA 1 and ACA tasks are refused), REGISTER AND MOVE,
+// SPEC_I_PT and APTPL.
+//
+// # Sense data
+//
+// Sense data is fixed format (70h) unless D_SENSE is set in the control
+// mode page, then descriptor format (72h) with information and
+// sense-key-specific descriptors. Backstore errors map to sense data: a
+// *backstore.RangeError out of range to LOGICAL BLOCK ADDRESS OUT OF RANGE,
+// ErrReadOnly to DATA PROTECT/WRITE PROTECTED, ErrUnsupported to INVALID
+// COMMAND OPERATION CODE, ErrClosed to NOT READY, other errors to MEDIUM
+// ERROR (UNRECOVERED READ ERROR or WRITE ERROR) with the LBA in INFORMATION.
+//
+// # Concurrency
+//
+// Target, LU and Session methods are safe for concurrent use. The package
+// has no package-level mutable state: every target is independent, which
+// is what lets the tests run in parallel.
+package scsi

@@ -1,0 +1,100 @@
+package scsi
+
+import (
+	"errors"
+
+	"github.com/rdisk/rdisk/backstore"
+)
+
+// execute runs c on lu for session s, in SAM-5 order: unit attention,
+// CDB decoding, reservation conflicts, the task set (task attributes and
+// aborts), then the command.
+func (lu *LU) execute(s *Session, c *Command) {
+	c.lu = lu
+	it := lu.itlFor(s)
+	switch c.CDB[0] {
+	case OpInquiry, OpReportLUNs, OpRequestSense:
+		// These report no unit attention (REQUEST SENSE returns it as
+		// its data).
+	default:
+		if asc, ok := it.takeUA(); ok {
+			c.fail(senseInfo{key: KeyUnitAttention, asc: asc})
+			return
+		}
+	}
+	d, serr := lu.cmds.lookup(c.CDB)
+	if d == nil {
+		c.fail(serr)
+		return
+	}
+	b := cdb(c.CDB[:d.cdbLen])
+	if b.control()&0x04 != 0 { // NACA: ACA is not supported
+		c.fail(invalidCDB(d.cdbLen-1, 2))
+		return
+	}
+	if c.Attr == AttrACA {
+		c.fail(senseInfo{key: KeyIllegalRequest, asc: ASCInvalidMessageError})
+		return
+	}
+	if lu.pr.active.Load() && lu.conflicts(s, d, b) {
+		c.Status = StatusReservationConflict
+		return
+	}
+	lu.tasks.add(c)
+	pass := lu.tasks.gate.enter(c)
+	if pass != passAborted && !c.aborted() {
+		d.exec(lu, c, b, it)
+	}
+	lu.tasks.gate.leave(pass)
+	mode := c.abort.Load()
+	lu.tasks.remove(c)
+	if mode != 0 {
+		c.Status = StatusTaskAborted
+		c.SenseLen = 0
+		c.DataInLen = 0
+		c.xfer = 0
+		c.Aborted = mode == abortSilent
+	}
+}
+
+// inRange reports whether nlb blocks from lba lie inside the LU. A range of
+// zero blocks may start at the capacity (UNMAP of 0 blocks at the end of
+// the LU is valid); any LBA beyond it is out of range.
+func (lu *LU) inRange(lba, nlb uint64) bool {
+	n := lu.blocks.Load()
+	return lba <= n && nlb <= n-lba
+}
+
+// ioSense maps a backstore error to sense data. write selects the medium
+// error of a write (WRITE ERROR) or a read (UNRECOVERED READ ERROR); lba is
+// reported in the INFORMATION field of medium errors.
+func (lu *LU) ioSense(err error, write bool, lba uint64) senseInfo {
+	var re *backstore.RangeError
+	switch {
+	case errors.As(err, &re) && re.OutOfRange():
+		return senseLBAOutOfRange
+	case errors.As(err, &re):
+		return invalidCDB(0, -1)
+	case errors.Is(err, backstore.ErrReadOnly):
+		return senseInfo{key: KeyDataProtect, asc: ASCWriteProtected}
+	case errors.Is(err, backstore.ErrUnsupported):
+		return senseInfo{key: KeyIllegalRequest, asc: ASCInvalidCommandOpcode}
+	case errors.Is(err, backstore.ErrClosed):
+		return senseInfo{key: KeyNotReady, asc: ASCLUNotReady}
+	case errors.Is(err, backstore.ErrBufferAlignment):
+		return senseInternalFailed
+	case write:
+		return senseInfo{key: KeyMediumError, asc: ASCWriteError, info: lba, infoValid: true}
+	default:
+		return senseInfo{key: KeyMediumError, asc: ASCUnrecoveredReadError, info: lba, infoValid: true}
+	}
+}
+
+// writeFlags returns the backstore flags of a write with CDB byte 1 flags:
+// FUA when the FUA bit is set or the write cache is disabled.
+func (lu *LU) writeFlags(flags uint8) backstore.WriteFlags {
+	if flags&flagFUA != 0 || lu.mode.Load()&modeWCE == 0 {
+		return backstore.FUA
+	}
+	return 0
+}

@@ -1,0 +1,258 @@
+package scsi
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rdisk/rdisk/backstore"
+)
+
+// Inquiry identity defaults.
+const (
+	DefaultVendor   = "RDISK"
+	DefaultProduct  = "RDISK DISK"
+	DefaultRevision = "0001"
+)
+
+// LUConfig describes a logical unit: its identity and its SBC limits. The
+// zero value is a valid configuration.
+type LUConfig struct {
+	// Vendor (8 characters), Product (16) and Revision (4) fill the
+	// standard INQUIRY data; empty strings mean DefaultVendor,
+	// DefaultProduct, DefaultRevision. Printable ASCII only.
+	Vendor, Product, Revision string
+	// Serial is the unit serial number (VPD page 80h) and seeds the
+	// derived identifiers; empty means a serial derived from the disk
+	// geometry and Name. At most 64 printable ASCII characters.
+	Serial string
+	// Name names the LU in derived identifiers (typically the
+	// configuration's LU name); optional.
+	Name string
+	// NAA is the NAA designator of VPD page 83h, 8 or 16 bytes with the
+	// NAA field in the top nibble. Empty means a locally assigned NAA 3
+	// identifier derived from Serial (FNV-1a), stable across restarts.
+	NAA []byte
+	// EUI64 adds an EUI-64 designator to VPD page 83h when non-zero.
+	EUI64 [8]byte
+	// ReadOnly write-protects the LU in addition to a read-only disk.
+	ReadOnly bool
+	// WriteThrough disables the write cache (caching mode page WCE=0):
+	// every write is made durable (FUA) before it completes. By default
+	// WCE=1 and SYNCHRONIZE CACHE flushes the disk.
+	WriteThrough bool
+	// Rotational reports a rotating medium in VPD page B1h; by default
+	// the LU reports a non-rotating medium (1).
+	Rotational bool
+	// PhysicalBlockExp is the LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT
+	// of READ CAPACITY(16) (0: one logical block per physical block).
+	PhysicalBlockExp uint8
+	// MaxTransferBlocks is the MAXIMUM TRANSFER LENGTH of the block limits
+	// page, enforced on reads and writes; 0 means no limit. Transports set
+	// it from their largest data buffer.
+	MaxTransferBlocks uint32
+	// OptimalTransferBlocks is the OPTIMAL TRANSFER LENGTH (0: not
+	// reported).
+	OptimalTransferBlocks uint32
+	// MaxWriteSameBlocks is the MAXIMUM WRITE SAME LENGTH (0: no limit).
+	MaxWriteSameBlocks uint64
+	// MaxCompareAndWriteBlocks is the MAXIMUM COMPARE AND WRITE LENGTH,
+	// 1-255; 0 means 255.
+	MaxCompareAndWriteBlocks uint8
+}
+
+// LU is a logical unit: SBC-3 semantics over a backstore.Disk. Create it
+// with NewLU and map it into a Target. All methods are safe for concurrent
+// use; commands reach it through Session.Execute.
+type LU struct {
+	disk   backstore.Disk
+	discrd backstore.Discarder // nil when the disk cannot deallocate
+	zeroer backstore.ZeroWriter
+	health backstore.HealthReporter
+	bs     int
+	shift  uint
+
+	blocks atomic.Uint64 // capacity in logical blocks
+	mode   atomic.Uint32 // current mode parameters (mode* bits)
+
+	// Identity, fixed at creation.
+	vendor, product, rev [32]byte // space padded, lengths 8/16/4
+	serial               string
+	naa                  []byte
+	eui64                [8]byte
+	cfg                  LUConfig
+
+	cmds *commandTable
+
+	target atomic.Pointer[Target]
+
+	mu   sync.Mutex
+	itls map[*Session]*itl
+
+	tasks  taskSet
+	ranges rangeLocks
+	pr     prState
+	bufs   scratchPool
+}
+
+// Current mode parameter bits.
+const (
+	modeWCE    = 1 << iota // caching page: write cache enabled
+	modeDSense             // control page: descriptor format sense data
+	modeSWP                // control page: software write protect
+	modeDExcpt             // informational exceptions page: disabled
+)
+
+// NewLU makes a logical unit on disk. The LU uses the disk's optional
+// capabilities: Discarder (UNMAP, WRITE SAME with UNMAP, thin provisioning
+// reported with LBPME and LBPRZ), ZeroWriter (WRITE SAME of zeroes) and
+// HealthReporter (LOG SENSE temperature and informational exceptions). The
+// caller keeps ownership of the disk and closes it after the LU is unmapped.
+func NewLU(disk backstore.Disk, cfg LUConfig) (*LU, error) {
+	if disk == nil {
+		return nil, ErrNilDisk
+	}
+	bs := disk.BlockSize()
+	if bs < 512 || bs > 65536 || bs&(bs-1) != 0 || disk.Size()%int64(bs) != 0 || disk.Size() <= 0 {
+		return nil, fmt.Errorf("%w: block size %d, size %d", ErrBlockSize, bs, disk.Size())
+	}
+	lu := &LU{disk: disk, bs: bs, cfg: cfg, itls: make(map[*Session]*itl)}
+	for s := bs; s > 1; s >>= 1 {
+		lu.shift++
+	}
+	if d, ok := disk.(backstore.Discarder); ok {
+		lu.discrd = d
+	}
+	if z, ok := disk.(backstore.ZeroWriter); ok {
+		lu.zeroer = z
+	}
+	if h, ok := disk.(backstore.HealthReporter); ok {
+		lu.health = h
+	}
+	for _, f := range []struct {
+		dst *[32]byte
+		s   string
+		def string
+		n   int
+	}{{&lu.vendor, cfg.Vendor, DefaultVendor, 8}, {&lu.product, cfg.Product, DefaultProduct, 16}, {&lu.rev, cfg.Revision, DefaultRevision, 4}} {
+		s := f.s
+		if s == "" {
+			s = f.def
+		}
+		if len(s) > f.n || !printable(s) {
+			return nil, fmt.Errorf("%w: %q (at most %d printable ASCII characters)", ErrIdentity, s, f.n)
+		}
+		for i := range f.dst {
+			f.dst[i] = ' '
+		}
+		copy(f.dst[:], s)
+	}
+	lu.serial = cfg.Serial
+	if lu.serial == "" {
+		h := fnv.New64a()
+		fmt.Fprintf(h, "%s/%d/%d", cfg.Name, disk.Size(), bs)
+		lu.serial = fmt.Sprintf("%016x", h.Sum64())
+	}
+	if len(lu.serial) > 64 || !printable(lu.serial) {
+		return nil, fmt.Errorf("%w: serial %q (at most 64 printable ASCII characters)", ErrIdentity, lu.serial)
+	}
+	switch len(cfg.NAA) {
+	case 0:
+		// NAA 3h: locally assigned, 60 bits of FNV-1a over the serial.
+		h := fnv.New64a()
+		h.Write([]byte("rdisk-lu/" + cfg.Name + "/" + lu.serial))
+		v := h.Sum64()&0x0fffffffffffffff | 0x3000000000000000
+		lu.naa = []byte{byte(v >> 56), byte(v >> 48), byte(v >> 40), byte(v >> 32), byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}
+	case 8, 16:
+		lu.naa = append([]byte(nil), cfg.NAA...)
+	default:
+		return nil, fmt.Errorf("%w: NAA designator of %d bytes (want 8 or 16)", ErrIdentity, len(cfg.NAA))
+	}
+	lu.eui64 = cfg.EUI64
+	if lu.cfg.MaxCompareAndWriteBlocks == 0 {
+		lu.cfg.MaxCompareAndWriteBlocks = 255
+	}
+	if lu.cfg.PhysicalBlockExp > 15 {
+		return nil, fmt.Errorf("%w: physical block exponent %d", ErrBlockSize, lu.cfg.PhysicalBlockExp)
+	}
+	lu.blocks.Store(uint64(disk.Size()) >> lu.shift)
+	lu.mode.Store(lu.defaultMode())
+	lu.cmds = newCommandTable(lu)
+	lu.tasks.init()
+	lu.ranges.init()
+	lu.bufs.init()
+	return lu, nil
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func (lu *LU) defaultMode() uint32 {
+	if lu.cfg.WriteThrough {
+		return 0
+	}
+	return modeWCE
+}
+
+// BlockSize returns the logical block size in bytes.
+func (lu *LU) BlockSize() int { return lu.bs }
+
+// Blocks returns the capacity in logical blocks.
+func (lu *LU) Blocks() uint64 { return lu.blocks.Load() }
+
+// Serial returns the unit serial number.
+func (lu *LU) Serial() string { return lu.serial }
+
+// Disk returns the LU's disk.
+func (lu *LU) Disk() backstore.Disk { return lu.disk }
+
+// CapacityChanged re-reads the disk size after the disk was resized and,
+// when it changed, establishes a CAPACITY DATA HAS CHANGED unit attention
+// for every I_T nexus.
+func (lu *LU) CapacityChanged() {
+	n := uint64(lu.disk.Size()) >> lu.shift
+	if lu.blocks.Swap(n) != n {
+		lu.establishUA(nil, uaCapacityChanged)
+	}
+}
+
+func (lu *LU) dsense() bool { return lu.mode.Load()&modeDSense != 0 }
+
+// writeProtected reports whether writes are refused, and with which ASC.
+func (lu *LU) writeProtected() (bool, ASC) {
+	if lu.cfg.ReadOnly || lu.disk.ReadOnly() {
+		return true, ASCWriteProtected
+	}
+	if lu.mode.Load()&modeSWP != 0 {
+		return true, ASCSoftwareWriteProtected
+	}
+	return false, 0
+}
+
+// thin reports whether the LU is thin provisioned (LBPME): the disk can
+// deallocate and deallocated blocks read back as zeroes.
+func (lu *LU) thin() bool { return lu.discrd != nil }
+
+// itlFor returns the I_T_L nexus state of s on lu, creating it (with a
+// POWER ON, RESET unit attention pending) on the first command.
+func (lu *LU) itlFor(s *Session) *itl {
+	if m := s.itls.Load(); m != nil {
+		if it := (*m)[lu]; it != nil {
+			return it
+		}
+	}
+	return s.newITL(lu)
+}
+
+// String names the LU for logs.
+func (lu *LU) String() string {
+	return "LU " + lu.serial + " (" + strconv.FormatUint(lu.Blocks(), 10) + "x" + strconv.Itoa(lu.bs) + ")"
+}
