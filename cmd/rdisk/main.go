@@ -32,6 +32,9 @@ func newApp() *cli.App {
 		Commands: []*cli.Command{
 			targetCommand(),
 			rdmaPerfCommand(),
+			discoverCommand(),
+			nvmeCommand(),
+			benchCommand(),
 		},
 	}
 }

@@ -25,7 +25,7 @@ const (
 
 // testTarget starts a target with one RAM namespace of size bytes on a
 // loopback port.
-func testTarget(t *testing.T, size int64, hosts ...string) (*Target, *Subsystem, string) {
+func testTarget(t testing.TB, size int64, hosts ...string) (*Target, *Subsystem, string) {
 	t.Helper()
 	p, err := iwarp.New(iwarp.Config{})
 	if err != nil {

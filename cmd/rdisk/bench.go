@@ -1,0 +1,145 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/rdisk/rdisk/blockdev"
+	"github.com/rdisk/rdisk/internal/bench"
+	"github.com/rdisk/rdisk/internal/units"
+	"github.com/rdisk/rdisk/nvmeof/host"
+	"github.com/urfave/cli/v2"
+)
+
+func benchCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "bench",
+		Usage:     "load-test a remote disk, fio style (random/sequential read/write, latency percentiles, --verify)",
+		ArgsUsage: "URL (nvme://HOST[:PORT]/SUBNQN[/NSID])",
+		Flags: append(hostIDFlags(),
+			&cli.StringFlag{Name: "rw", Value: "randread", Usage: "read, write, randread, randwrite or randrw"},
+			&cli.IntFlag{Name: "mix", Value: 50, Usage: "percentage of reads of randrw"},
+			&cli.StringFlag{Name: "bs", Value: "4KiB", Usage: "I/O size"},
+			&cli.IntFlag{Name: "qd", Value: 32, Usage: "I/Os in flight per job"},
+			&cli.IntFlag{Name: "jobs", Value: 1, Usage: "jobs, each on its own queue and slice of the disk"},
+			&cli.DurationFlag{Name: "runtime", Value: 10e9, Usage: "how long to run"},
+			&cli.StringFlag{Name: "size", Usage: "use only the first SIZE bytes of the disk (default: all)"},
+			&cli.BoolFlag{Name: "verify", Usage: "write self-describing blocks, check every read and read back everything written"},
+			&cli.Uint64Flag{Name: "seed", Usage: "seed of offsets and verify data (default: from the clock; reuse it to verify an earlier run's blocks with --rw read --verify)"},
+			&cli.IntFlag{Name: "queues", Usage: "I/O queues to connect (default: --jobs)"},
+			&cli.DurationFlag{Name: "kato", Usage: "keep alive timeout (default 5s)"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line"},
+		),
+		Action: runBench,
+	}
+}
+
+// openDevice opens the remote disk a URL names, choosing the protocol by
+// the scheme.
+func openDevice(c *cli.Context, rawURL string, queues, depth int) (blockdev.Device, func(), error) {
+	scheme, _, _ := strings.Cut(rawURL, "://")
+	switch scheme {
+	case "nvme":
+	case "iser", "iscsi", "srp":
+		return nil, nil, fmt.Errorf("%s:// URLs are not supported yet: rdisk bench speaks NVMe-oF (nvme://HOST[:PORT]/SUBNQN[/NSID])", scheme)
+	default:
+		return nil, nil, fmt.Errorf("URL %q: want nvme://HOST[:PORT]/SUBNQN[/NSID]", rawURL)
+	}
+	u, err := subsystemURL(rawURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, p, err := nvmeSetup(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.IOQueues, cfg.QueueDepth = queues, max(depth, 2)
+	if k := c.Duration("kato"); k != 0 {
+		cfg.KATO = k
+	}
+	ns, err := host.Open(c.Context, p, u, cfg)
+	if err != nil {
+		p.Close()
+		return nil, nil, err
+	}
+	return ns, func() { ns.Close(); p.Close() }, nil
+}
+
+func runBench(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return fmt.Errorf("bench takes one URL (nvme://HOST[:PORT]/SUBNQN[/NSID]), got %d arguments", c.NArg())
+	}
+	pat, err := bench.ParsePattern(c.String("rw"))
+	if err != nil {
+		return fmt.Errorf("--rw: %w", err)
+	}
+	bs, err := units.ParseSize(c.String("bs"))
+	if err != nil {
+		return fmt.Errorf("--bs: %w", err)
+	}
+	if bs <= 0 || bs > 64<<20 {
+		return fmt.Errorf("--bs %s: want 512 bytes to 64 MiB", c.String("bs"))
+	}
+	var size int64
+	if s := c.String("size"); s != "" {
+		if size, err = units.ParseSize(s); err != nil {
+			return fmt.Errorf("--size: %w", err)
+		}
+	}
+	jobs, qd := c.Int("jobs"), c.Int("qd")
+	if jobs < 1 || jobs > 128 {
+		return fmt.Errorf("--jobs %d: want 1 to 128", jobs)
+	}
+	if qd < 1 || qd > 1024 {
+		return fmt.Errorf("--qd %d: want 1 to 1024", qd)
+	}
+	queues := c.Int("queues")
+	if queues == 0 {
+		queues = jobs
+	}
+	// Jobs share queues when there are fewer queues than jobs.
+	depth := qd * ((jobs + queues - 1) / queues)
+	dev, closeDev, err := openDevice(c, c.Args().First(), queues, depth)
+	if err != nil {
+		return err
+	}
+	defer closeDev()
+	o := bench.Options{
+		Pattern: pat, Mix: c.Int("mix"), BlockSize: int(bs), QD: qd, Jobs: jobs, Runtime: c.Duration("runtime"),
+		Size: size, Verify: c.Bool("verify"), Seed: c.Uint64("seed"),
+	}
+	if !c.Bool("quiet") {
+		o.Progress = c.App.ErrWriter
+		o.ProgressLines = true
+		if f, ok := c.App.ErrWriter.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+				o.ProgressLines = false // a terminal: redraw one line
+			}
+		}
+	}
+	res, runErr := bench.Run(c.Context, dev, o)
+	if res == nil {
+		return runErr
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		res.WriteText(c.App.Writer)
+	}
+	switch {
+	case runErr != nil:
+		return runErr
+	case res.VerifyErrs > 0:
+		return fmt.Errorf("bench: %d blocks failed verification (first: LBA %d: %s)", res.VerifyErrs, res.Mismatches[0].LBA, res.Mismatches[0].Reason)
+	case res.Errors > 0:
+		return fmt.Errorf("bench: %d I/O errors (first: %s)", res.Errors, res.FirstError)
+	}
+	return nil
+}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/rdisk/rdisk/backstore"
+	"github.com/rdisk/rdisk/nvmeof/target"
+	"github.com/rdisk/rdisk/rdma/iwarp"
+)
+
+// These tests run the CLI commands of this package against rdisk's own
+// NVMe-oF target in the test process, on 127.0.0.1.
+
+const (
+	cliNQN    = "nqn.2026-11.io.rdisk:clitest"
+	cliHost   = "nqn.2014-08.org.nvmexpress:uuid:0c7a4b2e-5d1f-4e3a-9b6c-7d8e9f0a1b2c"
+	cliHostID = "0c7a4b2e-5d1f-4e3a-9b6c-7d8e9f0a1b2c"
+)
+
+func startCLITarget(t *testing.T) string {
+	t.Helper()
+	p, _ := iwarp.New(iwarp.Config{})
+	tg, err := target.New(target.Config{Provider: p, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tg.Close() })
+	sub, err := tg.AddSubsystem(target.SubsystemConfig{NQN: cliNQN, AllowAnyHost: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk, _ := backstore.NewMem(8<<20, 512)
+	if err := sub.AddNamespace(target.NamespaceConfig{NSID: 1, Disk: disk}); err != nil {
+		t.Fatal(err)
+	}
+	port, err := tg.AddPort(target.PortConfig{ID: 1, Addr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port.LinkSubsystem(sub)
+	return port.Addr().String()
+}
+
+// cliMu serializes app runs: urfave/cli keeps global flag state (the help
+// and version flags) that concurrent runs race on.
+var cliMu sync.Mutex
+
+// runCLI runs rdisk with args (host identity flags added) and returns
+// stdout, stderr and the error main would print.
+func runCLI(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	app := newApp()
+	var out, errOut bytes.Buffer
+	app.Writer, app.ErrWriter = &out, &errOut
+	argv := append([]string{"rdisk", "--log-level", "error"}, args...)
+	if !slices.Contains(args, "--hostid") {
+		argv = append(argv, "--hostnqn", cliHost, "--hostid", cliHostID)
+	}
+	cliMu.Lock()
+	defer cliMu.Unlock()
+	err := app.RunContext(context.Background(), interspersed(app, argv))
+	return out.String(), errOut.String(), err
+}
+
+func TestCLIEndToEnd(t *testing.T) {
+	t.Parallel()
+	addr := startCLITarget(t)
+	url := "nvme://" + addr + "/" + cliNQN
+
+	out, _, err := runCLI(t, "discover", "nvme://"+addr)
+	if err != nil || !strings.Contains(out, "subnqn:  "+cliNQN+"\n") || !strings.Contains(out, "url:     "+url+"\n") {
+		t.Errorf("discover: %v\n%s", err, out)
+	}
+	out, _, err = runCLI(t, "discover", "nvme://"+addr, "--json")
+	var disc struct {
+		Records []struct{ SubNQN, URL string }
+	}
+	if err != nil || json.Unmarshal([]byte(out), &disc) != nil || len(disc.Records) == 0 {
+		t.Errorf("discover --json: %v\n%s", err, out)
+	}
+
+	out, _, err = runCLI(t, "nvme", "identify", url+"/1")
+	if err != nil || !strings.Contains(out, "subnqn    : "+cliNQN) || !strings.Contains(out, "nsze    : 0x4000") {
+		t.Errorf("nvme identify: %v\n%s", err, out)
+	}
+	out, _, err = runCLI(t, "nvme", "list", url)
+	if err != nil || !strings.Contains(out, url+"/1 ") {
+		t.Errorf("nvme list: %v\n%s", err, out)
+	}
+	out, _, err = runCLI(t, "nvme", "smart-log", url, "--json")
+	if err != nil || !strings.Contains(out, "CriticalWarning") {
+		t.Errorf("nvme smart-log --json: %v\n%s", err, out)
+	}
+
+	out, errOut, err := runCLI(t, "bench", url+"/1", "--rw", "randrw", "--verify", "--qd", "8", "--jobs", "2", "--runtime", "300ms", "--size", "2MiB", "--json")
+	var res struct {
+		IOs          uint64                           `json:"ios"`
+		IOPS         float64                          `json:"iops"`
+		Errors       uint64                           `json:"errors"`
+		VerifyErrors uint64                           `json:"verify_errors"`
+		Verified     uint64                           `json:"verified_blocks"`
+		Lat          struct{ P50, P99, P999 float64 } `json:"lat_us"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &res) != nil || res.IOs == 0 || res.Errors != 0 || res.VerifyErrors != 0 || res.Verified == 0 || res.Lat.P99 == 0 {
+		t.Errorf("bench --verify --json: %v\n%s\n%s", err, out, errOut)
+	}
+	out, _, err = runCLI(t, "bench", url, "--rw", "write", "--bs", "64KiB", "--runtime", "200ms", "-q")
+	if err != nil || !strings.Contains(out, "write: ") || !strings.Contains(out, "errors: 0") {
+		t.Errorf("bench text summary: %v\n%s", err, out)
+	}
+}
+
+// TestCLIErrors: every failure is one line, no stack trace.
+func TestCLIErrors(t *testing.T) {
+	t.Parallel()
+	addr := startCLITarget(t)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "http://x/y"}, "want nvme://"},
+		{[]string{"bench", "iser://10.0.0.1:3260/iqn.x/1"}, "not supported yet"},
+		{[]string{"bench", "nvme://" + addr}, "names no subsystem"},
+		{[]string{"bench", "nvme://" + addr + "/" + cliNQN, "--rw", "sideways"}, "--rw"},
+		{[]string{"bench", "nvme://" + addr + "/" + cliNQN, "--bs", "4 parsecs"}, "--bs"},
+		{[]string{"bench", "nvme://" + addr + "/" + cliNQN, "--qd", "0"}, "--qd"},
+		{[]string{"bench", "nvme://" + addr + "/" + cliNQN, "--bs", "1000", "--runtime", "100ms"}, "multiple of the device's 512-byte blocks"},
+		{[]string{"bench", "nvme://" + addr + "/nqn.2026-11.io.rdisk:nothere"}, "subsystem NQN not found"},
+		{[]string{"bench", "nvme://" + addr + "/" + cliNQN + "/5"}, "namespace 5"},
+		{[]string{"discover", "nvme://127.0.0.1:1"}, "connection refused"},
+		{[]string{"discover"}, "one URL"},
+		{[]string{"nvme", "identify", "nvme://[::1"}, "unterminated"},
+		{[]string{"nvme", "smart-log", "nvme://" + addr + "/" + cliNQN, "--hostid", "xyz"}, "--hostid"},
+	}
+	for _, c := range cases {
+		_, _, err := runCLI(t, c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("rdisk %s: %v, want an error containing %q", strings.Join(c.args, " "), err, c.want)
+			continue
+		}
+		if strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "goroutine") {
+			t.Errorf("rdisk %s: error is not one line: %q", strings.Join(c.args, " "), err)
+		}
+	}
+}

@@ -1,0 +1,42 @@
+// Package host is rdisk's NVMe over Fabrics host (initiator) over RDMA: it
+// connects to a controller through any rdma.Provider (the pure-Go iWARP
+// provider interoperates with Linux nvmet-rdma over siw), brings it up the
+// way the Linux host does, and exposes namespaces as blockdev.Devices.
+//
+// # Connection
+//
+// Connect runs, on the admin queue: the NVMe/RDMA CM request (QID 0,
+// HRQSIZE 32, HSQSIZE 31), Fabrics Connect with the host's NQN and ID,
+// Property Get CAP and VS, Property Set CC with EN and a poll of CSTS.RDY,
+// Identify Controller (checked as Linux nvme_check_ctrl_fabric_info and
+// nvme-rdma check it). For an NVM subsystem it then sets Number of Queues,
+// enables the asynchronous events the controller offers, posts an
+// Asynchronous Event Request, starts Keep Alive every KATO/2 and connects
+// the I/O queues (CM request and Fabrics Connect each, one QP per queue).
+// Discover does the same with the discovery subsystem and reads its log,
+// re-reading it while its generation counter moves.
+//
+// # I/O
+//
+// Each I/O queue has a fixed set of command slots, each with its capsule in
+// registered memory and its own fast-registration key. A read or a large
+// write exposes the request's buffer under the slot's key, remapped for
+// that I/O (keyed SGL 0x4F), and the key is invalidated afterwards: by the
+// target's Send with Invalidate, which the host checks against the key, or
+// locally. Writes up to the controller's in-capsule size (IOCCSZ) go in the
+// capsule (SGL 0x01) straight from the request's buffer. Requests larger
+// than the transfer limit (MDTS, at most Config.MaxTransfer) are refused;
+// blockdev.ReadAt and WriteAt split. A completion with an error status
+// yields a *StatusError carrying the NVMe status. Nothing on this path
+// allocates.
+//
+// One goroutine per queue polls its completion queue and delivers
+// completions; any transport error or protocol violation fails the whole
+// controller (there is no reconnect here): requests in flight complete with
+// an error matching blockdev.ErrClosed.
+//
+// # Concurrency
+//
+// Controller and Namespace methods are safe for concurrent use. Admin
+// commands are synchronous and may run concurrently (up to 30 at once).
+package host

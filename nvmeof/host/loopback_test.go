@@ -1,0 +1,480 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rdisk/rdisk/backstore"
+	"github.com/rdisk/rdisk/blockdev"
+	"github.com/rdisk/rdisk/blockdev/blockdevtest"
+	"github.com/rdisk/rdisk/nvmeof"
+	"github.com/rdisk/rdisk/nvmeof/target"
+	"github.com/rdisk/rdisk/rdma/iwarp"
+)
+
+// End-to-end tests: this host against rdisk's own target (nvmeof/target)
+// over the pure-Go iWARP provider on 127.0.0.1.
+
+const (
+	loopNQN  = "nqn.2026-11.io.rdisk:hosttest"
+	loopHost = "nqn.2014-08.org.nvmexpress:uuid:0c7a4b2e-5d1f-4e3a-9b6c-7d8e9f0a1b2c"
+)
+
+func testLogger() *slog.Logger {
+	if os.Getenv("RDISK_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+type loopTarget struct {
+	tg   *target.Target
+	sub  *target.Subsystem
+	addr string
+}
+
+// startTarget runs a target with one RAM namespace (nsid 1) of size bytes
+// in 512-byte blocks.
+func startTarget(t testing.TB, size int64, pc target.PortConfig, sc target.SubsystemConfig) *loopTarget {
+	t.Helper()
+	p, err := iwarp.New(iwarp.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg, err := target.New(target.Config{Provider: p, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tg.Close() })
+	if sc.NQN == "" {
+		sc.NQN = loopNQN
+	}
+	if len(sc.AllowedHosts) == 0 {
+		sc.AllowAnyHost = true
+	}
+	sub, err := tg.AddSubsystem(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk, err := backstore.NewMem(size, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.AddNamespace(target.NamespaceConfig{NSID: 1, Disk: &syncDisk{Mem: disk}}); err != nil {
+		t.Fatal(err)
+	}
+	pc.ID, pc.Addr = 1, "127.0.0.1:0"
+	port, err := tg.AddPort(pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port.LinkSubsystem(sub)
+	return &loopTarget{tg: tg, sub: sub, addr: port.Addr().String()}
+}
+
+// syncDisk serializes a backstore.Mem's data accesses. backstore.Mem copies
+// without synchronization, so a write on one target queue and a later read
+// of the same blocks on another, ordered only through the network, is a
+// data race to the race detector.
+type syncDisk struct {
+	mu sync.RWMutex
+	*backstore.Mem
+}
+
+func (d *syncDisk) ReadAt(p []byte, off int64) error {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.Mem.ReadAt(p, off)
+}
+
+func (d *syncDisk) ReadvAt(bufs [][]byte, off int64) error {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.Mem.ReadvAt(bufs, off)
+}
+
+func (d *syncDisk) WriteAt(p []byte, off int64, f backstore.WriteFlags) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.Mem.WriteAt(p, off, f)
+}
+
+func (d *syncDisk) WritevAt(bufs [][]byte, off int64, f backstore.WriteFlags) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.Mem.WritevAt(bufs, off, f)
+}
+
+func (d *syncDisk) Discard(off, n int64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.Mem.Discard(off, n)
+}
+
+func (d *syncDisk) WriteZeroes(off, n int64, f backstore.WriteFlags) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.Mem.WriteZeroes(off, n, f)
+}
+
+func hostConfig() Config {
+	return Config{HostNQN: loopHost, HostID: [16]byte{0x0c, 0x7a, 0x4b, 0x2e, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, Logger: testLogger()}
+}
+
+func connectLoop(t testing.TB, lt *loopTarget, cfg Config) *Controller {
+	t.Helper()
+	p, err := iwarp.New(iwarp.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := Connect(ctx, p, lt.addr, loopNQN, cfg)
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func openLoop(t testing.TB, lt *loopTarget, cfg Config) *Namespace {
+	t.Helper()
+	c := connectLoop(t, lt, cfg)
+	ns, err := c.Namespace(context.Background(), 1)
+	if err != nil {
+		t.Fatalf("Namespace(1): %v", err)
+	}
+	return ns
+}
+
+func TestLoopbackIdentify(t *testing.T) {
+	t.Parallel()
+	lt := startTarget(t, 16<<20, target.PortConfig{}, target.SubsystemConfig{})
+	c := connectLoop(t, lt, hostConfig())
+	id := c.Identify()
+	if id.SUBNQN != loopNQN || id.CNTLID != c.CNTLID() || id.KAS == 0 {
+		t.Errorf("identify: SUBNQN %q CNTLID %d (connect %d) KAS %d", id.SUBNQN, id.CNTLID, c.CNTLID(), id.KAS)
+	}
+	ctx := context.Background()
+	list, err := c.ActiveNamespaces(ctx)
+	if err != nil || len(list) != 1 || list[0] != 1 {
+		t.Fatalf("ActiveNamespaces = %v, %v; want [1]", list, err)
+	}
+	ns, err := c.Namespace(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := ns.Info()
+	if in.BlockSize != 512 || in.Size != 16<<20 {
+		t.Errorf("namespace info %+v: want 512-byte blocks, 16 MiB", in)
+	}
+	if _, err := c.NamespaceIDs(ctx, 1); err != nil {
+		t.Errorf("NamespaceIDs: %v", err)
+	}
+	if _, err := c.SMARTLog(ctx, nvmeof.NSIDAll); err != nil {
+		t.Errorf("SMARTLog: %v", err)
+	}
+	if _, err := c.ErrorLog(ctx); err != nil {
+		t.Errorf("ErrorLog: %v", err)
+	}
+	if _, err := c.Namespace(ctx, 7); !errors.Is(err, ErrNoNamespace) {
+		var se *StatusError
+		if !errors.As(err, &se) {
+			t.Errorf("Namespace(7): %v, want ErrNoNamespace or an NVMe status", err)
+		}
+	}
+	if err := c.KeepAlive(ctx); err != nil {
+		t.Errorf("KeepAlive: %v", err)
+	}
+}
+
+func TestLoopbackDiscovery(t *testing.T) {
+	t.Parallel()
+	lt := startTarget(t, 1<<20, target.PortConfig{}, target.SubsystemConfig{})
+	p, _ := iwarp.New(iwarp.Config{})
+	log, err := Discover(context.Background(), p, lt.addr, hostConfig())
+	if err != nil {
+		t.Fatalf("Discover: %v", err)
+	}
+	found := false
+	for _, e := range log.Entries {
+		if e.SubNQN == loopNQN {
+			found = true
+			if u, ok := EntryURL(&e); !ok || u.Addr() != lt.addr {
+				t.Errorf("entry URL %v, %v: want address %s", u, ok, lt.addr)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("discovery log %+v has no entry for %s", log, loopNQN)
+	}
+}
+
+func TestLoopbackConformance(t *testing.T) {
+	t.Parallel()
+	lt := startTarget(t, 8<<20, target.PortConfig{}, target.SubsystemConfig{})
+	blockdevtest.Run(t, func(t *testing.T) blockdev.Device {
+		cfg := hostConfig()
+		cfg.IOQueues, cfg.QueueDepth, cfg.MaxTransfer = 2, 16, 64<<10
+		return openLoop(t, lt, cfg)
+	})
+}
+
+func TestLoopbackConformanceNoInCapsule(t *testing.T) {
+	t.Parallel()
+	lt := startTarget(t, 4<<20, target.PortConfig{}, target.SubsystemConfig{})
+	blockdevtest.Run(t, func(t *testing.T) blockdev.Device {
+		cfg := hostConfig()
+		cfg.NoInCapsule = true
+		cfg.QueueDepth = 8
+		return openLoop(t, lt, cfg)
+	})
+}
+
+// TestLoopbackVerify64MiB writes 64 MiB of random data at random 4 KiB..128
+// KiB extents over two queues and reads it all back (16 MiB under the race
+// detector, which makes every copy and compare slow).
+func TestLoopbackVerify64MiB(t *testing.T) {
+	t.Parallel()
+	size := 64 << 20
+	if raceEnabled {
+		size = 16 << 20
+	}
+	lt := startTarget(t, int64(size), target.PortConfig{}, target.SubsystemConfig{})
+	cfg := hostConfig()
+	cfg.IOQueues, cfg.QueueDepth = 2, 32
+	ns := openLoop(t, lt, cfg)
+	want := make([]byte, size)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < size; i += 8 {
+		binary.LittleEndian.PutUint64(want[i:], rng.Uint64())
+	}
+	// Extents in random order.
+	type ext struct{ off, n int }
+	var exts []ext
+	for off := 0; off < size; {
+		n := min((1+rng.IntN(32))*4096, size-off)
+		exts = append(exts, ext{off, n})
+		off += n
+	}
+	rng.Shuffle(len(exts), func(i, j int) { exts[i], exts[j] = exts[j], exts[i] })
+	in := ns.Info()
+	run := func(op blockdev.Op) {
+		var wg sync.WaitGroup
+		errs := make(chan error, in.Queues)
+		for qi := range in.Queues {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				depth := in.QueueDepth
+				buf, err := ns.AllocBuffer(depth * 128 << 10)
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer buf.Release()
+				ch := make(chan *blockdev.Request, depth)
+				reqs := make([]blockdev.Request, depth)
+				mine := exts[qi*len(exts)/in.Queues : (qi+1)*len(exts)/in.Queues]
+				next, inflight := 0, 0
+				submit := func(r *blockdev.Request) error {
+					e := mine[next]
+					next++
+					r.Op, r.Offset, r.Length, r.Queue, r.C = op, int64(e.off), e.n, qi, ch
+					if op == blockdev.OpWrite {
+						copy(buf.Bytes()[r.BufOff:], want[e.off:e.off+e.n])
+					}
+					inflight++
+					return ns.Submit(r)
+				}
+				for i := range reqs {
+					reqs[i].Buf, reqs[i].BufOff = buf, i*128<<10
+					if next < len(mine) {
+						if err := submit(&reqs[i]); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}
+				for inflight > 0 {
+					r := <-ch
+					inflight--
+					if r.Err != nil {
+						errs <- r.Err
+						return
+					}
+					if op == blockdev.OpRead && !bytes.Equal(buf.Bytes()[r.BufOff:r.BufOff+r.Length], want[r.Offset:r.Offset+int64(r.Length)]) {
+						errs <- fmt.Errorf("data read back differs at offset %d", r.Offset)
+						return
+					}
+					if next < len(mine) {
+						if err := submit(r); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("%s: %v", op, err)
+		}
+	}
+	run(blockdev.OpWrite)
+	run(blockdev.OpRead)
+}
+
+func TestLoopbackMultiQueue(t *testing.T) {
+	t.Parallel()
+	lt := startTarget(t, 4<<20, target.PortConfig{MaxIOQueues: 3}, target.SubsystemConfig{})
+	cfg := hostConfig()
+	cfg.IOQueues = 4
+	c := connectLoop(t, lt, cfg)
+	if n, _ := c.IOQueues(); n != 3 {
+		t.Errorf("got %d I/O queues, want the 3 the target grants", n)
+	}
+	ns, err := c.Namespace(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, _ := ns.AllocBuffer(4096)
+	for q := range 3 {
+		copy(buf.Bytes(), bytes.Repeat([]byte{byte(q + 1)}, 4096))
+		if err := blockdev.Do(ns, &blockdev.Request{Op: blockdev.OpWrite, Offset: int64(q) * 4096, Length: 4096, Buf: buf, Queue: q}); err != nil {
+			t.Fatalf("write on queue %d: %v", q, err)
+		}
+	}
+	for q := range 3 {
+		if err := blockdev.Do(ns, &blockdev.Request{Op: blockdev.OpRead, Offset: int64(q) * 4096, Length: 4096, Buf: buf, Queue: 2 - q}); err != nil {
+			t.Fatalf("read on queue %d: %v", 2-q, err)
+		}
+		if buf.Bytes()[0] != byte(q+1) || buf.Bytes()[4095] != byte(q+1) {
+			t.Errorf("block %d read back %d, want %d", q, buf.Bytes()[0], q+1)
+		}
+	}
+}
+
+func TestLoopbackWrongSubsystem(t *testing.T) {
+	t.Parallel()
+	lt := startTarget(t, 1<<20, target.PortConfig{}, target.SubsystemConfig{})
+	p, _ := iwarp.New(iwarp.Config{})
+	_, err := Connect(context.Background(), p, lt.addr, "nqn.2026-11.io.rdisk:nonexistent", hostConfig())
+	var ce *ConnectError
+	if !errors.As(err, &ce) || ce.Status.Code() != nvmeof.StatusConnectInvalidParameters {
+		t.Fatalf("Connect to a wrong NQN: %v, want a ConnectError with Connect Invalid Parameters", err)
+	}
+	t.Logf("wrong NQN: %v", err)
+}
+
+func TestLoopbackHostNotAllowed(t *testing.T) {
+	t.Parallel()
+	lt := startTarget(t, 1<<20, target.PortConfig{}, target.SubsystemConfig{AllowedHosts: []string{"nqn.2026-11.io.rdisk:someone-else"}})
+	p, _ := iwarp.New(iwarp.Config{})
+	_, err := Connect(context.Background(), p, lt.addr, loopNQN, hostConfig())
+	var ce *ConnectError
+	if !errors.As(err, &ce) {
+		t.Fatalf("Connect from a host not allowed: %v, want a ConnectError", err)
+	}
+	t.Logf("host not allowed: %v", err)
+}
+
+func TestLoopbackOutOfRange(t *testing.T) {
+	t.Parallel()
+	lt := startTarget(t, 1<<20, target.PortConfig{}, target.SubsystemConfig{})
+	ns := openLoop(t, lt, hostConfig())
+	// Bypass blockdev.Check by lying about the size: the target must answer
+	// LBA Out of Range, which maps to blockdev.ErrRange.
+	ns.info.Size *= 2
+	buf, _ := ns.AllocBuffer(4096)
+	err := blockdev.Do(ns, &blockdev.Request{Op: blockdev.OpRead, Offset: 1 << 20, Length: 4096, Buf: buf})
+	var se *StatusError
+	if !errors.As(err, &se) || !errors.Is(err, blockdev.ErrRange) {
+		t.Fatalf("read past the end: %v, want an LBA Out of Range status", err)
+	}
+	// The controller still works.
+	ns.info.Size /= 2
+	if err := blockdev.Do(ns, &blockdev.Request{Op: blockdev.OpRead, Length: 4096, Buf: buf}); err != nil {
+		t.Fatalf("read after the error: %v", err)
+	}
+}
+
+func TestLoopbackNamespaceEvent(t *testing.T) {
+	t.Parallel()
+	lt := startTarget(t, 1<<20, target.PortConfig{}, target.SubsystemConfig{})
+	events := make(chan Event, 4)
+	cfg := hostConfig()
+	cfg.OnEvent = func(e Event) { events <- e }
+	c := connectLoop(t, lt, cfg)
+	disk, _ := backstore.NewMem(1<<20, 512)
+	if err := lt.sub.AddNamespace(target.NamespaceConfig{NSID: 2, Disk: disk}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-events:
+		if e.Type != nvmeof.AsyncEventNotice || e.Info != nvmeof.NoticeNSChanged {
+			t.Fatalf("event %+v: want a namespace attribute notice", e)
+		}
+		if !e.AllNamespaces && (len(e.Namespaces) != 1 || e.Namespaces[0] != 2) {
+			t.Errorf("changed namespaces %v, want [2]", e.Namespaces)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no asynchronous event after adding a namespace")
+	}
+	list, err := c.ActiveNamespaces(context.Background())
+	if err != nil || len(list) != 2 {
+		t.Errorf("ActiveNamespaces after the event: %v, %v", list, err)
+	}
+}
+
+// TestLoopbackRegisterBuffer: caller-owned memory registered with
+// RegisterBuffer works for I/O; Done closes when the controller goes.
+func TestLoopbackRegisterBuffer(t *testing.T) {
+	t.Parallel()
+	lt := startTarget(t, 1<<20, target.PortConfig{}, target.SubsystemConfig{})
+	ns := openLoop(t, lt, hostConfig())
+	mem := make([]byte, 3*4096+100) // unaligned length, plain Go memory
+	buf, err := ns.RegisterBuffer(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range mem {
+		mem[i] = byte(i * 7)
+	}
+	if err := blockdev.Do(ns, &blockdev.Request{Op: blockdev.OpWrite, Offset: 8192, Length: 8192, Buf: buf, BufOff: 100}); err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Clone(mem[100 : 100+8192])
+	clear(mem)
+	if err := blockdev.Do(ns, &blockdev.Request{Op: blockdev.OpRead, Offset: 8192, Length: 8192, Buf: buf, BufOff: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(mem[3:3+8192], want) {
+		t.Fatal("data read into a registered caller buffer differs")
+	}
+	buf.Release()
+	if err := ns.Submit(&blockdev.Request{Op: blockdev.OpRead, Length: 512, Buf: buf, C: make(chan *blockdev.Request, 1)}); !errors.Is(err, blockdev.ErrBuffer) {
+		t.Errorf("Submit with a released buffer: %v, want ErrBuffer", err)
+	}
+	select {
+	case <-ns.Done():
+		t.Fatal("Done closed while the controller works")
+	default:
+	}
+	ns.Controller().Close()
+	select {
+	case <-ns.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed after Close")
+	}
+}

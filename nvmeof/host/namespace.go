@@ -1,0 +1,309 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/rdisk/rdisk/blockdev"
+	"github.com/rdisk/rdisk/nvmeof"
+	"github.com/rdisk/rdisk/rdma"
+)
+
+// Namespace is one namespace of a controller as a blockdev.Device. Its
+// requests run on the controller's I/O queues; Request.Queue picks the
+// queue. It is safe for concurrent use.
+type Namespace struct {
+	c      *Controller
+	nsid   uint32
+	id     nvmeof.IdentifyNamespace
+	info   blockdev.Info
+	shift  uint // log2 of the block size
+	owned  bool // Close closes the controller
+	closed atomic.Bool
+}
+
+var _ blockdev.Device = (*Namespace)(nil)
+
+// Namespace opens namespace nsid for I/O.
+func (c *Controller) Namespace(ctx context.Context, nsid uint32) (*Namespace, error) {
+	if c.discovery {
+		return nil, fmt.Errorf("%s is a discovery controller: it has no namespaces", c.subNQN)
+	}
+	if len(c.io) == 0 {
+		return nil, fmt.Errorf("controller has no I/O queues")
+	}
+	id, err := c.IdentifyNamespace(ctx, nsid)
+	if err != nil {
+		return nil, err
+	}
+	if id.NSZE == 0 {
+		return nil, fmt.Errorf("namespace %d of %s: %w", nsid, c.subNQN, ErrNoNamespace)
+	}
+	bs := id.BlockSize()
+	if bs < 512 || bs > 65536 || bs&(bs-1) != 0 {
+		return nil, fmt.Errorf("namespace %d: unsupported LBA format (FLBAS %#x, %d-byte blocks)", nsid, id.FLBAS, bs)
+	}
+	if f := id.LBAF[nvmeof.LBAFormatIndex(id.FLBAS)]; f.MS != 0 {
+		return nil, fmt.Errorf("namespace %d: LBA format with %d bytes of metadata per block is not supported", nsid, f.MS)
+	}
+	if id.NSZE > uint64(1<<62)/uint64(bs) {
+		return nil, fmt.Errorf("namespace %d: %d blocks is too large", nsid, id.NSZE)
+	}
+	shift := uint(0)
+	for 1<<shift != bs {
+		shift++
+	}
+	mt := c.maxTransfer - c.maxTransfer%int(bs)
+	if mt < int(bs) {
+		return nil, fmt.Errorf("namespace %d: %d-byte blocks exceed the %d-byte transfer limit", nsid, bs, c.maxTransfer)
+	}
+	mt = min(mt, 65536<<shift) // NLB is 16 bits
+	caps := blockdev.CapFUA
+	oncs := c.id.ONCS
+	if c.id.VWC&nvmeof.VWCPresent != 0 {
+		caps |= blockdev.CapFlush
+	}
+	if oncs&nvmeof.ONCSDSM != 0 {
+		caps |= blockdev.CapDiscard
+	}
+	if oncs&nvmeof.ONCSWriteZeroes != 0 {
+		caps |= blockdev.CapWriteZeroes
+	}
+	if id.NSATTR&nvmeof.NSATTRReadOnly != 0 {
+		caps |= blockdev.CapReadOnly
+	}
+	u := URL{SubNQN: c.subNQN, NSID: nsid}
+	u.Host, u.Port = splitAddr(c.addr)
+	ns := &Namespace{
+		c: c, nsid: nsid, id: id, shift: shift,
+		info: blockdev.Info{
+			Name:        u.String(),
+			BlockSize:   int(bs),
+			Size:        int64(id.NSZE) << shift,
+			Queues:      len(c.io),
+			QueueDepth:  c.ioDepth,
+			MaxTransfer: mt,
+			MaxZeroes:   min(int64(id.NSZE), 65536) << shift,
+			Caps:        caps,
+		},
+	}
+	return ns, nil
+}
+
+// Open connects to the subsystem a URL names and opens its namespace (the
+// URL's NSID, or the first active namespace). Closing the Namespace closes
+// the controller.
+func Open(ctx context.Context, p rdma.Provider, u URL, cfg Config) (*Namespace, error) {
+	if u.SubNQN == "" {
+		return nil, fmt.Errorf("%s names no subsystem (want nvme://HOST:PORT/SUBNQN[/NSID])", u)
+	}
+	c, err := Connect(ctx, p, u.Addr(), u.SubNQN, cfg)
+	if err != nil {
+		return nil, err
+	}
+	nsid := u.NSID
+	if nsid == 0 {
+		list, err := c.ActiveNamespaces(ctx)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		if len(list) == 0 {
+			c.Close()
+			return nil, fmt.Errorf("subsystem %s has no active namespace", u.SubNQN)
+		}
+		nsid = list[0]
+	}
+	ns, err := c.Namespace(ctx, nsid)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	ns.owned = true
+	return ns, nil
+}
+
+// Controller returns the controller the namespace belongs to.
+func (ns *Namespace) Controller() *Controller { return ns.c }
+
+// NSID returns the namespace ID.
+func (ns *Namespace) NSID() uint32 { return ns.nsid }
+
+// Identify returns the Identify Namespace data read at open.
+func (ns *Namespace) Identify() nvmeof.IdentifyNamespace { return ns.id }
+
+// Info implements blockdev.Device.
+func (ns *Namespace) Info() blockdev.Info { return ns.info }
+
+// Close implements blockdev.Device: it closes the controller if Open made
+// it, else it only stops further submissions (requests in flight complete
+// normally).
+func (ns *Namespace) Close() error {
+	ns.closed.Store(true)
+	if ns.owned {
+		return ns.c.Close()
+	}
+	return nil
+}
+
+// buffer is registered memory handed out by AllocBuffer: one memory region
+// with local rights only; the target reaches it through per-I/O
+// fast-registration keys.
+type buffer struct {
+	c        *Controller
+	mr       rdma.MR
+	b        []byte
+	released atomic.Bool
+}
+
+func (b *buffer) Bytes() []byte { return b.b }
+
+func (b *buffer) Release() error {
+	if b.released.Swap(true) {
+		return nil
+	}
+	return b.mr.Deregister()
+}
+
+// AllocBuffer implements blockdev.Device: size bytes, 4096-aligned,
+// registered with the controller's protection domain. Buffers serve every
+// namespace of the controller.
+func (ns *Namespace) AllocBuffer(size int) (blockdev.Buffer, error) { return ns.c.AllocBuffer(size) }
+
+// AllocBuffer returns size bytes of registered memory for I/O.
+func (c *Controller) AllocBuffer(size int) (blockdev.Buffer, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("buffer of %d bytes", size)
+	}
+	if c.Err() != nil {
+		return nil, blockdev.ErrClosed
+	}
+	b := alignedBuffer(size)
+	mr, err := c.pd.RegisterMemory(b, rdma.AccessLocalWrite)
+	if err != nil {
+		return nil, fmt.Errorf("registering %d bytes: %w", size, err)
+	}
+	return &buffer{c: c, mr: mr, b: b}, nil
+}
+
+// RegisterBuffer registers memory the caller owns for I/O on this
+// controller, for callers that keep their own buffers (an optional
+// capability beside blockdev.Device). mem must stay untouched in size and
+// alive until Release; it need not be aligned.
+func (ns *Namespace) RegisterBuffer(mem []byte) (blockdev.Buffer, error) {
+	if len(mem) == 0 {
+		return nil, fmt.Errorf("registering an empty buffer")
+	}
+	if ns.c.Err() != nil {
+		return nil, blockdev.ErrClosed
+	}
+	mr, err := ns.c.pd.RegisterMemory(mem, rdma.AccessLocalWrite)
+	if err != nil {
+		return nil, fmt.Errorf("registering %d bytes: %w", len(mem), err)
+	}
+	return &buffer{c: ns.c, mr: mr, b: mem}, nil
+}
+
+// Done is closed when the controller failed or was closed: requests then
+// fail with errors matching blockdev.ErrClosed.
+func (ns *Namespace) Done() <-chan struct{} { return ns.c.Done() }
+
+// Submit implements blockdev.Device. It builds the command in a slot of the
+// chosen queue and posts it; it does not allocate.
+func (ns *Namespace) Submit(r *blockdev.Request) error {
+	if err := blockdev.Check(&ns.info, r); err != nil {
+		return err
+	}
+	if ns.closed.Load() {
+		return blockdev.ErrClosed
+	}
+	var buf *buffer
+	if r.Op == blockdev.OpRead || r.Op == blockdev.OpWrite {
+		b, ok := r.Buf.(*buffer)
+		if !ok || b.c != ns.c || b.released.Load() {
+			return blockdev.ErrBuffer
+		}
+		buf = b
+	}
+	q := ns.c.io[uint(r.Queue)%uint(len(ns.c.io))]
+	s, err := q.acquire(nil)
+	if err != nil {
+		return err
+	}
+	slba := uint64(r.Offset) >> ns.shift
+	nlb := uint16((r.Length >> ns.shift) - 1)
+	s.kind, s.req = kindIO, r
+	s.wr.SGL = s.sge[:1]
+	switch r.Op {
+	case blockdev.OpRead, blockdev.OpWrite:
+		f := nvmeof.RWFields{Opcode: nvmeof.IORead, CID: s.cid, NSID: ns.nsid, SLBA: slba, NLB: nlb}
+		access := rdma.AccessLocalWrite | rdma.AccessRemoteWrite
+		s.name = "read"
+		if r.Op == blockdev.OpWrite {
+			f.Opcode, s.name, access = nvmeof.IOWrite, "write", rdma.AccessRemoteRead
+			if r.Flags&blockdev.FUA != 0 {
+				f.Control = nvmeof.ControlFUA
+			}
+		}
+		if r.Op == blockdev.OpWrite && r.Length <= q.inCapsule {
+			f.DPTR = nvmeof.SGLFields{Identifier: nvmeof.SGLInCapsule, Address: 0, Length: uint32(r.Length)}
+			s.sge[1] = rdma.SGE{MR: buf.mr, Offset: r.BufOff, Length: r.Length}
+			s.wr.SGL = s.sge[:2]
+		} else {
+			rkey, va, err := s.fmr.Map(buf.mr, r.BufOff, r.Length, access)
+			if err != nil {
+				q.putFree(s)
+				return fmt.Errorf("nvme %s: mapping the buffer: %w", s.name, err)
+			}
+			s.rkey, s.mapped = rkey, true
+			f.DPTR = nvmeof.SGLFields{Identifier: nvmeof.SGLKeyedInvalidate, Address: va, Length: uint32(r.Length), Key: rkey}
+		}
+		s.sqe.RW().Encode(&f)
+	case blockdev.OpFlush:
+		s.name = "flush"
+		s.sqe.Encode(&nvmeof.SQEFields{Opcode: nvmeof.IOFlush, Flags: nvmeof.FlagSGLMetaBuf, CID: s.cid, NSID: ns.nsid, DPTR: nullSGL})
+	case blockdev.OpWriteZeroes:
+		s.name = "write zeroes"
+		s.sqe.RW().Encode(&nvmeof.RWFields{Opcode: nvmeof.IOWriteZeroes, CID: s.cid, NSID: ns.nsid, SLBA: slba, NLB: nlb, DPTR: nullSGL})
+	case blockdev.OpDiscard:
+		s.name = "dataset management"
+		rng := s.extra[:nvmeof.DSMRangeSize]
+		nvmeof.DSMRange(rng).Encode(&nvmeof.DSMRangeFields{Length: uint32(r.Length >> ns.shift), SLBA: slba})
+		f := nvmeof.DSMFields{CID: s.cid, NSID: ns.nsid, NR: 0, Attributes: nvmeof.DSMDeallocate}
+		off := int(s.cid)*capStride + nvmeof.SQESize
+		if q.inCapsule >= nvmeof.DSMRangeSize {
+			f.DPTR = nvmeof.SGLFields{Identifier: nvmeof.SGLInCapsule, Length: nvmeof.DSMRangeSize}
+			s.sge[1] = rdma.SGE{MR: q.capMR, Offset: off, Length: nvmeof.DSMRangeSize}
+			s.wr.SGL = s.sge[:2]
+		} else {
+			rkey, va, err := s.fmr.Map(q.capMR, off, nvmeof.DSMRangeSize, rdma.AccessRemoteRead)
+			if err != nil {
+				q.putFree(s)
+				return fmt.Errorf("nvme %s: mapping the range: %w", s.name, err)
+			}
+			s.rkey, s.mapped = rkey, true
+			f.DPTR = nvmeof.SGLFields{Identifier: nvmeof.SGLKeyedInvalidate, Address: va, Length: nvmeof.DSMRangeSize, Key: rkey}
+		}
+		s.sqe.DSM().Encode(&f)
+	}
+	r.Issued = time.Now()
+	if err := q.post(s); err != nil {
+		q.putFree(s) // post failed: the slot is ours again
+		return err
+	}
+	return nil
+}
+
+// alignedBuffer returns n zeroed bytes starting on a 4096-byte boundary.
+func alignedBuffer(n int) []byte {
+	const align = 4096
+	b := make([]byte, n+align)
+	off := int(uintptr(unsafe.Pointer(&b[0])) & (align - 1))
+	if off != 0 {
+		off = align - off
+	}
+	return b[off : off+n : off+n]
+}
