@@ -2,6 +2,7 @@ package backstore
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -33,8 +34,11 @@ type memLeaf [memLeafLen]atomic.Pointer[memChunk]
 //
 // All methods are safe for concurrent use. Concurrent requests to disjoint
 // ranges never interfere; the result of overlapping concurrent writes (or a
-// read overlapping a write) is unspecified, as on any disk. Steady-state I/O
-// (to chunks already allocated) allocates nothing.
+// read overlapping a write) is unspecified, as on any disk, but each chunk
+// piece is copied under a (striped) lock, so a read that follows a write in
+// the caller's order always sees it, even when the order was established
+// outside Go (through the network), and the race detector agrees.
+// Steady-state I/O (to chunks already allocated) allocates nothing.
 type Mem struct {
 	size   int64
 	bs     int
@@ -44,7 +48,11 @@ type Mem struct {
 	nleaf  atomic.Int64 // allocated leaves
 	leaves []atomic.Pointer[memLeaf]
 	stats  statsCollector
+	locks  [memLockStripes]sync.RWMutex // by chunk index
 }
+
+// memLockStripes is the number of chunk locks; chunk i uses i % stripes.
+const memLockStripes = 64
 
 // Compile-time checks of the optional capabilities.
 var (
@@ -231,6 +239,8 @@ func (m *Mem) zero(op Op, off, length int64) error {
 		n := min(length, MemChunkSize-co)
 		if l := m.leaves[i>>memLeafShift].Load(); l != nil {
 			cp := &l[i&(memLeafLen-1)]
+			mu := &m.locks[i%memLockStripes]
+			mu.Lock()
 			if n == MemChunkSize {
 				if cp.Swap(nil) != nil {
 					m.chunks.Add(-1)
@@ -238,6 +248,7 @@ func (m *Mem) zero(op Op, off, length int64) error {
 			} else if c := cp.Load(); c != nil {
 				clear(c[co : co+n])
 			}
+			mu.Unlock()
 		}
 		off += n
 		length -= n
@@ -280,12 +291,15 @@ func (m *Mem) read(p []byte, off int64) {
 		i := off >> memChunkShift
 		co := off & (MemChunkSize - 1)
 		var n int
+		mu := &m.locks[i%memLockStripes]
+		mu.RLock()
 		if c := m.chunk(i); c != nil {
 			n = copy(p, c[co:])
 		} else {
 			n = min(len(p), int(MemChunkSize-co))
 			clear(p[:n])
 		}
+		mu.RUnlock()
 		p = p[n:]
 		off += int64(n)
 	}
@@ -295,7 +309,11 @@ func (m *Mem) write(p []byte, off int64) {
 	for len(p) > 0 {
 		i := off >> memChunkShift
 		co := off & (MemChunkSize - 1)
-		n := copy(m.chunkForWrite(i)[co:], p)
+		c := m.chunkForWrite(i)
+		mu := &m.locks[i%memLockStripes]
+		mu.Lock()
+		n := copy(c[co:], p)
+		mu.Unlock()
 		p = p[n:]
 		off += int64(n)
 	}
