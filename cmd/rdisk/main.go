@@ -35,11 +35,6 @@ func newApp() *cli.App {
 			discoverCommand(),
 			nvmeCommand(),
 			benchCommand(),
-			connectCommand(),
-			listCommand(),
-			disconnectCommand(),
-			cpCommand(),
-			daemonCommand(),
 		},
 	}
 }
