@@ -5,8 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Tools the tests drive (they skip with a message when one is missing):
+# losetup/mkfs.ext4 (backstore, FUSE), fio with its nbd engine and qemu-io
+# (NBD), fusermount3 (FUSE), iscsi-test-cu (libiscsi conformance).
 need_apt=()
 command -v losetup >/dev/null 2>&1 || need_apt+=(util-linux)
+command -v mkfs.ext4 >/dev/null 2>&1 || need_apt+=(e2fsprogs)
+command -v fio >/dev/null 2>&1 || need_apt+=(fio)
+command -v qemu-io >/dev/null 2>&1 || need_apt+=(qemu-utils)
+command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 if ((${#need_apt[@]})); then
 	if [ "$(id -u)" = 0 ]; then
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/internal/bench"
+	"github.com/rdisk/rdisk/internal/plot"
 	"github.com/rdisk/rdisk/internal/units"
 	"github.com/rdisk/rdisk/nvmeof/host"
 	"github.com/urfave/cli/v2"
@@ -31,6 +32,7 @@ func benchCommand() *cli.Command {
 			&cli.IntFlag{Name: "queues", Usage: "I/O queues to connect (default: --jobs)"},
 			&cli.DurationFlag{Name: "kato", Usage: "keep alive timeout (default 5s)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+			&cli.StringFlag{Name: "plot", Usage: "draw IOPS/bandwidth over time and the latency distribution to FILE.svg or FILE.png"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line"},
 		),
 		Action: runBench,
@@ -107,6 +109,11 @@ func runBench(c *cli.Context) error {
 		return err
 	}
 	defer closeDev()
+	var rec *plot.Recorder
+	if c.String("plot") != "" {
+		rec = plot.NewRecorder(dev, 0)
+		dev = rec
+	}
 	o := bench.Options{
 		Pattern: pat, Mix: c.Int("mix"), BlockSize: int(bs), QD: qd, Jobs: jobs, Runtime: c.Duration("runtime"),
 		Size: size, Verify: c.Bool("verify"), Seed: c.Uint64("seed"),
@@ -123,6 +130,12 @@ func runBench(c *cli.Context) error {
 	res, runErr := bench.Run(c.Context, dev, o)
 	if res == nil {
 		return runErr
+	}
+	if rec != nil {
+		title := fmt.Sprintf("%s %s QD%d %s", c.String("rw"), c.String("bs"), qd, c.Args().First())
+		if err := rec.Plot(c.String("plot"), title); err != nil {
+			return fmt.Errorf("--plot: %w", err)
+		}
 	}
 	if c.Bool("json") {
 		enc := json.NewEncoder(c.App.Writer)

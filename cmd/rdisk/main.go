@@ -35,6 +35,11 @@ func newApp() *cli.App {
 			discoverCommand(),
 			nvmeCommand(),
 			benchCommand(),
+			connectCommand(),
+			listCommand(),
+			disconnectCommand(),
+			cpCommand(),
+			daemonCommand(),
 		},
 	}
 }

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rdisk/rdisk/initiator"
+	"github.com/rdisk/rdisk/internal/units"
+	"github.com/urfave/cli/v2"
+)
+
+func connectCommand() *cli.Command { return connectCommandWith(protocolDialers) }
+
+func connectCommandWith(mk dialerFactory) *cli.Command {
+	return &cli.Command{
+		Name:      "connect",
+		Usage:     "connect to a remote disk and export it locally (NBD socket, FUSE file)",
+		ArgsUsage: "URL (nvme://HOST[:PORT]/SUBNQN[/NSID])",
+		Description: `Adds a session to the initiator daemon (starting it when it is not running)
+and exports the disk:
+
+  --nbd unix:/run/rdisk/d.sock     an NBD server on a unix socket (qemu, fio --ioengine=nbd, nbd-client)
+  --nbd tcp:127.0.0.1:10809        an NBD server on a loopback TCP port
+  --fuse /mnt/rdisk                a FUSE file /mnt/rdisk/NAME of the disk's size (losetup it for a block device)
+
+With neither, the disk is served on the NBD socket /run/rdisk/NAME.nbd. If the
+connection drops, I/O is retried on a new connection for --loss-timeout, then
+fails with EIO.`,
+		Flags: append(append([]cli.Flag{
+			&cli.StringFlag{Name: "name", Usage: "session name (default disk0, disk1...); also the FUSE file name and the NBD export name"},
+			&cli.StringSliceFlag{Name: "nbd", Usage: "NBD listen address: unix:/PATH or tcp:127.0.0.1:PORT (repeatable)"},
+			&cli.StringFlag{Name: "fuse", Usage: "directory to mount the disk file in (created if missing)"},
+			&cli.BoolFlag{Name: "read-only", Usage: "export the disk read-only"},
+			&cli.BoolFlag{Name: "foreground", Usage: "run the daemon in this process with this session (until interrupted)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the session as JSON"},
+			controlFlag(),
+		}, sessionFlags()...), hostIDFlags()...),
+		Action: func(c *cli.Context) error { return runConnect(c, mk) },
+	}
+}
+
+func runConnect(c *cli.Context, mk dialerFactory) error {
+	if c.NArg() != 1 {
+		return fmt.Errorf("connect takes one URL (nvme://HOST[:PORT]/SUBNQN[/NSID]), got %d arguments", c.NArg())
+	}
+	spec := initiator.ConnectSpec{URL: c.Args().First(), Name: c.String("name"), NBD: c.StringSlice("nbd"), ReadOnly: c.Bool("read-only")}
+	if dir := c.String("fuse"); dir != "" {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return fmt.Errorf("--fuse: %w", err)
+		}
+		spec.FUSE = abs
+	}
+	if c.IsSet("loss-timeout") {
+		spec.LossTimeoutMS = c.Duration("loss-timeout").Milliseconds()
+		if spec.LossTimeoutMS == 0 {
+			spec.LossTimeoutMS = 1 // 0 means "default" on the wire
+		}
+	}
+	if c.IsSet("reconnect-delay") {
+		spec.ReconnectDelayMS = max(c.Duration("reconnect-delay").Milliseconds(), 1)
+	}
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	if c.Bool("foreground") {
+		if _, err := callDaemon(c, &initiator.Request{Op: initiator.OpPing}, 2*time.Second); err == nil {
+			return fmt.Errorf("an initiator daemon is already running on %s: drop --foreground to add the session to it", c.String("control"))
+		}
+		return runDaemon(c, mk, &spec)
+	}
+	if _, err := callDaemon(c, &initiator.Request{Op: initiator.OpPing}, 5*time.Second); errors.Is(err, errNoDaemon) {
+		if err := startDaemon(c); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	resp, err := callDaemon(c, &initiator.Request{Op: initiator.OpConnect, Connect: &spec}, 2*time.Minute)
+	if err != nil {
+		return err
+	}
+	printConnected(c, resp.Sessions[0])
+	return nil
+}
+
+// startDaemon starts `rdisk daemon --exit-when-idle` in the background,
+// logging next to its control socket, and waits until it answers.
+func startDaemon(c *cli.Context) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("starting the initiator daemon: %w", err)
+	}
+	path := c.String("control")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("starting the initiator daemon: %w", err)
+	}
+	logPath := strings.TrimSuffix(path, ".sock") + ".log"
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("starting the initiator daemon: %w", err)
+	}
+	defer logf.Close()
+	args := []string{"--log-level", c.String("log-level"), "daemon", "--control", path, "--exit-when-idle",
+		"--loss-timeout", c.Duration("loss-timeout").String(), "--reconnect-delay", c.Duration("reconnect-delay").String()}
+	for _, f := range []string{"hostnqn", "hostid"} {
+		if v := c.String(f); v != "" {
+			args = append(args, "--"+f, v)
+		}
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the initiator daemon: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := callDaemon(c, &initiator.Request{Op: initiator.OpPing}, time.Second); err == nil {
+			return nil
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("the initiator daemon exited (%v); see %s", err, logPath)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("the initiator daemon did not answer on %s within 10s; see %s", path, logPath)
+}
+
+// printConnected tells the user what was made and how to use it.
+func printConnected(c *cli.Context, si initiator.SessionInfo) {
+	w := c.App.Writer
+	if c.Bool("json") {
+		b, _ := json.MarshalIndent(si, "", "  ")
+		fmt.Fprintln(w, string(b))
+		return
+	}
+	fmt.Fprintf(w, "connected %s: %s (%s, %d-byte blocks)\n", si.Name, si.URL, units.FormatSize(si.Size), si.BlockSize)
+	for _, e := range si.Exports {
+		kind, addr, _ := strings.Cut(e, " ")
+		hint := ""
+		switch {
+		case kind == "nbd" && strings.HasPrefix(addr, "unix:"):
+			sock := strings.TrimPrefix(addr, "unix:")
+			hint = fmt.Sprintf("qemu-io nbd+unix:///%s?socket=%s   fio --ioengine=nbd --uri=nbd+unix:///%s?socket=%s", si.Name, sock, si.Name, sock)
+		case kind == "nbd":
+			hint = fmt.Sprintf("qemu-io nbd://%s/%s   nbd-client %s %s /dev/nbd0 -N %s",
+				strings.TrimPrefix(addr, "tcp:"), si.Name, hostOf(strings.TrimPrefix(addr, "tcp:")), portOf(strings.TrimPrefix(addr, "tcp:")), si.Name)
+		case kind == "fuse":
+			hint = "losetup --find --show " + addr
+		}
+		fmt.Fprintf(w, "  %-5s %s\n        %s\n", kind, addr, hint)
+	}
+}

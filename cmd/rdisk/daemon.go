@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/rdisk/rdisk/blockdev"
+	"github.com/rdisk/rdisk/initiator"
+	"github.com/rdisk/rdisk/nvmeof/host"
+	"github.com/rdisk/rdisk/rdma/iwarp"
+	"github.com/urfave/cli/v2"
+)
+
+// defaultControlSocket is where the initiator daemon listens.
+const defaultControlSocket = "/run/rdisk/initiator.sock"
+
+// dialerFactory builds the protocol dialers for a daemon (and rdisk cp);
+// the returned func releases what they share.
+type dialerFactory func(c *cli.Context, log *slog.Logger) (initiator.Dialers, func(), error)
+
+func controlFlag() cli.Flag {
+	return &cli.StringFlag{Name: "control", Value: defaultControlSocket, Usage: "control socket of the initiator daemon"}
+}
+
+// sessionFlags are the reconnect knobs of connect and daemon.
+func sessionFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.DurationFlag{Name: "loss-timeout", Value: initiator.DefaultLossTimeout, Usage: "how long I/O waits for a lost connection to come back before failing with EIO (like nvme-cli ctrl_loss_tmo; negative: forever)"},
+		&cli.DurationFlag{Name: "reconnect-delay", Value: initiator.DefaultReconnectDelay, Usage: "pause between reconnection attempts"},
+	}
+}
+
+func daemonCommand() *cli.Command { return daemonCommandWith(protocolDialers) }
+
+func daemonCommandWith(mk dialerFactory) *cli.Command {
+	return &cli.Command{
+		Name:  "daemon",
+		Usage: "run the initiator daemon in the foreground (rdisk connect starts it when needed)",
+		Description: `The daemon holds the sessions to remote disks and their local exports
+(NBD sockets, FUSE files). rdisk connect, list and disconnect talk to it over
+its control socket, which only root (or the daemon's user) may use.`,
+		Flags: append(append([]cli.Flag{
+			controlFlag(),
+			&cli.BoolFlag{Name: "exit-when-idle", Usage: "exit when the last session is disconnected"},
+		}, sessionFlags()...), hostIDFlags()...),
+		Action: func(c *cli.Context) error { return runDaemon(c, mk, nil) },
+	}
+}
+
+// runDaemon serves the control socket until interrupted (or idle, with
+// --exit-when-idle). first, if set, is connected before the socket opens
+// (rdisk connect --foreground).
+func runDaemon(c *cli.Context, mk dialerFactory, first *initiator.ConnectSpec) error {
+	log, err := logger(c)
+	if err != nil {
+		return err
+	}
+	dialers, release, err := mk(c, log)
+	if err != nil {
+		return err
+	}
+	defer release()
+	path := c.String("control")
+	d := initiator.NewDaemon(initiator.DaemonConfig{
+		Dialers: dialers, LossTimeout: c.Duration("loss-timeout"), ReconnectDelay: c.Duration("reconnect-delay"),
+		DefaultNBDDir: filepath.Dir(path), Logger: log,
+	})
+	defer d.Close()
+	l, err := initiator.ListenControl(path)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(path)
+	if first != nil {
+		si, err := d.Connect(c.Context, *first)
+		if err != nil {
+			l.Close()
+			return err
+		}
+		printConnected(c, si)
+	}
+	ctx, cancel := context.WithCancel(c.Context)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- d.ServeControl(ctx, l) }()
+	log.Info("initiator daemon: listening", "control", path, "pid", os.Getpid())
+	for {
+		select {
+		case <-c.Context.Done():
+			log.Info("initiator daemon: stopping")
+			cancel()
+			<-served
+			return d.Close()
+		case err := <-served:
+			return err
+		case <-d.Idle():
+			if c.Bool("exit-when-idle") && !d.Busy() {
+				log.Info("initiator daemon: no sessions left; exiting")
+				cancel()
+				<-served
+				return nil
+			}
+		}
+	}
+}
+
+// protocolDialers wires the protocols rdisk speaks: nvme:// through the
+// NVMe-oF host over the software iWARP provider (one provider for all
+// sessions).
+func protocolDialers(c *cli.Context, log *slog.Logger) (initiator.Dialers, func(), error) {
+	id, err := identityFromFlags(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := iwarp.New(iwarp.Config{Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := host.Config{HostNQN: id.NQN, HostID: id.ID, Logger: log, IOQueues: min(runtime.NumCPU(), 4)}
+	nvme := func(ctx context.Context, url string) (blockdev.Device, error) {
+		u, err := subsystemURL(url)
+		if err != nil {
+			return nil, err
+		}
+		ns, err := host.Open(ctx, p, u, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return nvmeDevice{ns}, nil
+	}
+	notYet := func(scheme string) initiator.Dialer {
+		return func(context.Context, string) (blockdev.Device, error) {
+			return nil, fmt.Errorf("%s:// URLs are not supported yet (rdisk speaks nvme:// now)", scheme)
+		}
+	}
+	return initiator.Dialers{"nvme": nvme, "iser": notYet("iser"), "srp": notYet("srp")}, func() { p.Close() }, nil
+}
+
+// nvmeDevice tells the session when the controller failed, so it
+// reconnects before the next I/O.
+type nvmeDevice struct{ *host.Namespace }
+
+func (d nvmeDevice) Done() <-chan struct{} { return d.Controller().Done() }
+func (d nvmeDevice) Err() error            { return d.Controller().Err() }
+
+// callDaemon sends one request to the daemon. errNoDaemon means nothing
+// listens on the socket.
+func callDaemon(c *cli.Context, req *initiator.Request, timeout time.Duration) (*initiator.Response, error) {
+	path := c.String("control")
+	if _, err := os.Stat(path); err != nil {
+		return nil, errNoDaemon
+	}
+	ctx, cancel := context.WithTimeout(c.Context, timeout)
+	defer cancel()
+	resp, err := initiator.Call(ctx, path, req)
+	if err != nil && resp == nil {
+		if errors.Is(err, os.ErrPermission) {
+			return nil, fmt.Errorf("control socket %s: permission denied (the initiator daemon is root-only)", path)
+		}
+		if ctx.Err() == nil && c.Context.Err() == nil {
+			return nil, errNoDaemon
+		}
+		return nil, fmt.Errorf("initiator daemon at %s: %w", path, err)
+	}
+	return resp, err
+}
+
+var errNoDaemon = errors.New("the initiator daemon is not running")
