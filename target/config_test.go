@@ -85,3 +85,33 @@ func TestStartErrors(t *testing.T) {
 		t.Error("truncated JSON parsed")
 	}
 }
+
+// FuzzParseStart feeds arbitrary JSON to Parse and, when it parses, to Start
+// with RAM devices only: bad configurations must fail with an error, never
+// a panic.
+func FuzzParseStart(f *testing.F) {
+	f.Add(strings.Replace(nvmetcliJSON, "FILE", "ram:1MiB", 1))
+	f.Add(`{"subsystems":[{"nqn":"nqn.a","attr":{"allow_any_host":"1"},"namespaces":[{"nsid":4294967295,"enable":1,"device":{"path":"ram:4k"}}]}]}`)
+	f.Add(`{"ports":[{"portid":1,"addr":{"trtype":"rdma","traddr":"127.0.0.1","trsvcid":"0"},"param":{"inline_data_size":"99999"},"subsystems":[]}]}`)
+	p, _ := iwarp.New(iwarp.Config{})
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := Parse(strings.NewReader(s))
+		if err != nil {
+			return
+		}
+		for i := range c.Subsystems {
+			for j := range c.Subsystems[i].Namespaces {
+				path := c.Subsystems[i].Namespaces[j].Device.Path
+				if !strings.HasPrefix(path, "ram:") && !strings.HasPrefix(path, "null:") {
+					c.Subsystems[i].Namespaces[j].Device.Path = "null:1MiB" // no files from fuzz input
+				}
+			}
+		}
+		for i := range c.Ports {
+			c.Ports[i].Addr.TrAddr, c.Ports[i].Addr.TrSvcID = "127.0.0.1", "0"
+		}
+		if run, err := Start(c, p, slog.New(slog.DiscardHandler)); err == nil {
+			run.Close()
+		}
+	})
+}
