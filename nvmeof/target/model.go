@@ -164,6 +164,29 @@ func (s *Subsystem) AddNamespace(cfg NamespaceConfig) error {
 	return nil
 }
 
+// NamespaceResized re-reads the size of a namespace's disk (after the file
+// or device behind it grew or shrank) and notifies connected controllers
+// with a Namespace Attribute Changed event, as nvmet does on a resize.
+func (s *Subsystem) NamespaceResized(nsid uint32) error {
+	s.mu.Lock()
+	n, ok := s.ns[nsid]
+	if !ok {
+		s.mu.Unlock()
+		return fmt.Errorf("namespace %d not found in %s", nsid, s.cfg.NQN)
+	}
+	// Namespaces are read without the lock on the I/O path: replace, do
+	// not modify.
+	resized := *n
+	resized.nsze = uint64(n.cfg.Disk.Size()) >> n.lbads
+	s.ns[nsid] = &resized
+	ctrls := s.controllersLocked()
+	s.mu.Unlock()
+	for _, c := range ctrls {
+		c.namespaceChanged(nsid)
+	}
+	return nil
+}
+
 // RemoveNamespace removes a namespace; connected controllers are notified.
 func (s *Subsystem) RemoveNamespace(nsid uint32) error {
 	s.mu.Lock()

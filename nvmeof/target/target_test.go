@@ -545,7 +545,44 @@ func TestNamespaceChangeAEN(t *testing.T) {
 	if ns.BlockSize() != 4096 || ns.NSZE != 256 {
 		t.Fatalf("new namespace %+v", ns)
 	}
+
+	// A resize raises the event again once the log was read.
+	grow := &growDisk{Disk: disk, size: 1 << 20}
+	if err := sub.AddNamespace(NamespaceConfig{NSID: 6, Disk: grow}); err != nil {
+		t.Fatal(err)
+	}
+	if f := aq.exec(aer, 0, nil); f.Status != nvmeof.StatusSuccess { // the add's event, already pending
+		t.Fatalf("AER for the added namespace: %s", f.Status)
+	}
+	sqe = make(nvmeof.SQE, 64)
+	sqe.GetLogPage().Encode(&nvmeof.GetLogPageFields{LID: nvmeof.LogChangedNS, NUMD: nvmeof.NUMDForLength(4096)})
+	must(t, aq.exec(sqe, 4096, nil), "changed namespace log")
+	go func() { done <- aq.exec(aer, 0, nil) }()
+	time.Sleep(50 * time.Millisecond)
+	grow.size = 2 << 20
+	if err := sub.NamespaceResized(6); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case f := <-done:
+		if ev := nvmeof.ParseAsyncEvent(uint32(f.Result)); ev.Info != nvmeof.NoticeNSChanged {
+			t.Fatalf("AER event after resize %+v", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no AER after a resize")
+	}
+	if ns, _ := nvmeof.ParseIdentifyNamespace(identify(t, aq, nvmeof.CNSNamespace, 6)); ns.NSZE != 512 {
+		t.Fatalf("resized namespace has NSZE %d, want 512", ns.NSZE)
+	}
 }
+
+// growDisk is a disk whose size the test changes.
+type growDisk struct {
+	backstore.Disk
+	size int64
+}
+
+func (g *growDisk) Size() int64 { return g.size }
 
 func TestKeepAliveExpiry(t *testing.T) {
 	t.Parallel()
