@@ -14,11 +14,23 @@ import (
 	"github.com/rdisk/rdisk/rdma"
 )
 
-// rxBufSize is the receiver's header buffer. Headers of small FPDUs are
-// read many at a time through it; payload that arrived in the same read as
-// its header (at most this many bytes) is copied from it, and the rest of
-// every payload is read from the socket straight into the target memory.
-const rxBufSize = 2048
+// The receiver reads FPDU headers through a buffer. Bulk payload is read
+// from the socket straight into the target memory; only bytes that arrive
+// in the same read as a header are copied from the buffer. How much a read
+// may take adapts to the traffic:
+//   - after a small FPDU (payload up to rxSmallPayload) the next read may
+//     fill the whole rxBufSize buffer, so a stream of small messages (4 KiB
+//     NVMe reads, capsules, responses) costs one system call per many
+//     FPDUs and one copy of each small payload, which is far cheaper than a
+//     system call per FPDU;
+//   - after a large FPDU the next read takes at most rxTailSize bytes (the
+//     trailer and the next headers), so at most that much of the following
+//     large payload is copied and the rest lands in place.
+const (
+	rxBufSize      = 16 << 10
+	rxTailSize     = 512
+	rxSmallPayload = 8 << 10
+)
 
 // rxState is owned by the receiver goroutine (recvStatus and failedRecv
 // are read by flush after the receiver exited).
@@ -34,6 +46,8 @@ type rxState struct {
 	// what it already read, so that Read Requests that arrived together
 	// are answered in one vectored write.
 	wake bool
+	// lastLarge: the previous FPDU carried more than rxSmallPayload bytes.
+	lastLarge bool
 
 	recvStatus rdma.Status
 	failedRecv uint64
@@ -67,8 +81,12 @@ func (q *qp) ensure(n int) error {
 		x.w -= x.r
 		x.r = 0
 	}
+	limit := len(x.buf)
+	if x.lastLarge {
+		limit = rxTailSize
+	}
 	for x.w < n {
-		k, err := q.conn.Read(x.buf[x.w:])
+		k, err := q.conn.Read(x.buf[x.w:max(limit, n)])
 		x.w += k
 		if err != nil && x.w < n {
 			return err
@@ -109,7 +127,11 @@ func (q *qp) readRest(dst []byte) error {
 	}
 	x.r, x.w = 0, 0
 	for len(dst) > 0 {
-		x.rv.iov[0], x.rv.iov[1] = dst, x.buf
+		tail := x.buf
+		if len(dst) > rxSmallPayload {
+			tail = x.buf[:rxTailSize]
+		}
+		x.rv.iov[0], x.rv.iov[1] = dst, tail
 		if err := x.rv.rc.Read(x.rv.fn); err != nil {
 			return err
 		}
@@ -261,6 +283,7 @@ func (q *qp) rxOne() error {
 	if payload < 0 {
 		return rxTerm(termLayerLLP, llpETypeMPA, llpECodeFPDUStart, "ULPDU length %d shorter than its header", ulpdu)
 	}
+	x.lastLarge = payload > rxSmallPayload
 	if err := q.ensure(hl); err != nil {
 		return err
 	}
