@@ -175,6 +175,12 @@ func (q *qp) buildBatch() bool {
 		}
 		t.irqTo++
 	}
+	// A Read Response fully queued frees its IRD slot now: the peer may
+	// receive it, and issue its next Read Request, before the write below
+	// returns. The batch keeps no reference to the entry.
+	for ; q.irqHead < t.irqTo; q.irqHead++ {
+		q.irq[q.irqHead%uint64(len(q.irq))] = irqEntry{}
+	}
 	for t.sqTo < q.sqTail && t.room(q.maxSGE[0]) {
 		w := &q.sq[t.sqTo%uint64(len(q.sq))]
 		if w.wr.Flags&rdma.Fence != 0 && q.readsOut > 0 {
@@ -275,9 +281,6 @@ func (q *qp) finishBatch() {
 	t := &q.tx
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for ; q.irqHead < t.irqTo; q.irqHead++ {
-		q.irq[q.irqHead%uint64(len(q.irq))] = irqEntry{}
-	}
 	for ; q.sqTx < t.sqTo; q.sqTx++ {
 		idx := q.sqTx
 		w := &q.sq[idx%uint64(len(q.sq))]

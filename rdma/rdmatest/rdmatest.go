@@ -31,6 +31,7 @@ func Run(t *testing.T, newProvider NewProvider) {
 		{"SendMultiFPDUScatterGather", testSendSG},
 		{"RDMAWrite", testWrite},
 		{"RDMARead", testRead},
+		{"ReadsAtFullORD", testReadsAtFullORD},
 		{"FastRegSendWithInvalidate", testFastRegSendInv},
 		{"LocalInvalidate", testLocalInv},
 		{"ReadInvalidSTag", testReadInvalidSTag},
@@ -437,6 +438,37 @@ func testRead(t *testing.T, np NewProvider) {
 // for the race detector: remote accesses reach the provider through a
 // socket, which carries no happens-before edge; any call on the QP does.
 func publish(e *End) { e.QP.State() }
+
+// testReadsAtFullORD keeps the initiator's ORD equal to the responder's IRD
+// with a stream of Reads: the responder must count a Read as finished once
+// its response is on its way, or the next Read looks like one too many.
+func testReadsAtFullORD(t *testing.T, np NewProvider) {
+	c, s := Pair(t, prov(t, np), PairConfig{BufSize: 1 << 20,
+		ServerParam: rdma.ConnParam{ResponderResources: 2, InitiatorDepth: 2},
+		ClientParam: rdma.ConnParam{ResponderResources: 2, InitiatorDepth: 2}})
+	fill(s.Buf, 11)
+	publish(s)
+	const n, depth, size = 400, 8, 64 << 10
+	posted, done := 0, 0
+	wr := rdma.SendWR{Op: rdma.OpRDMARead, Flags: rdma.Signaled, SGL: make([]rdma.SGE, 1), RemoteKey: s.MR.RKey()}
+	for done < n {
+		for posted < n && posted-done < depth {
+			off := (posted % depth) * size
+			wr.ID = uint64(posted)
+			wr.SGL[0] = rdma.SGE{MR: c.MR, Offset: off, Length: size}
+			wr.RemoteAddr = s.MR.VA() + uint64(off)
+			if err := c.QP.PostSend(&wr); err != nil {
+				t.Fatal(err)
+			}
+			posted++
+		}
+		wc := WaitWC(t, c.SendCQ)
+		if wc.Status != rdma.StatusSuccess {
+			t.Fatalf("read %d: %s (client QP: %v, server QP: %v)", wc.ID, wc.Status, c.QP.Err(), s.QP.Err())
+		}
+		done++
+	}
+}
 
 func testFastRegSendInv(t *testing.T, np NewProvider) {
 	c, s := Pair(t, prov(t, np), PairConfig{PostRecvs: 4, RecvSize: 64})
