@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -96,6 +97,10 @@ type Running struct {
 	Ports []*nvmet.Port
 	disks []backstore.Disk
 }
+
+// Disks returns the disks Start opened, in configuration order. They stay
+// owned by r (Close closes them).
+func (r *Running) Disks() []backstore.Disk { return slices.Clone(r.disks) }
 
 // Close stops the target and closes the disks.
 func (r *Running) Close() error {

@@ -18,8 +18,8 @@ func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "bench",
 		Usage:     "load-test a remote disk, fio style (random/sequential read/write, latency percentiles, --verify)",
-		ArgsUsage: "URL (nvme://HOST[:PORT]/SUBNQN[/NSID])",
-		Flags: append(hostIDFlags(),
+		ArgsUsage: "URL (nvme://HOST[:PORT]/SUBNQN[/NSID], iser://HOST[:PORT]/IQN/LUN, iscsi://HOST[:PORT]/IQN/LUN, srp://HOST[:PORT]/ID_EXT/IOC_GUID/LUN)",
+		Flags: append(append(hostIDFlags(), iscsiFlags()...),
 			&cli.StringFlag{Name: "rw", Value: "randread", Usage: "read, write, randread, randwrite or randrw"},
 			&cli.IntFlag{Name: "mix", Value: 50, Usage: "percentage of reads of randrw"},
 			&cli.StringFlag{Name: "bs", Value: "4KiB", Usage: "I/O size"},
@@ -45,8 +45,27 @@ func openDevice(c *cli.Context, rawURL string, queues, depth int) (blockdev.Devi
 	scheme, _, _ := strings.Cut(rawURL, "://")
 	switch scheme {
 	case "nvme":
-	case "iser", "iscsi", "srp":
-		return nil, nil, fmt.Errorf("%s:// URLs are not supported yet: rdisk bench speaks NVMe-oF (nvme://HOST[:PORT]/SUBNQN[/NSID])", scheme)
+	case "iser", "iscsi":
+		o, err := iscsiOptionsFromFlags(c)
+		if err != nil {
+			return nil, nil, err
+		}
+		o.QueueDepth = max(depth, 2)
+		d, err := openISCSIDevice(c.Context, rawURL, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		return d, func() { d.Close() }, nil
+	case "srp":
+		log, err := logger(c)
+		if err != nil {
+			return nil, nil, err
+		}
+		d, err := openSRPDevice(c.Context, rawURL, srpOptions{Queues: queues, Depth: depth, Logger: log})
+		if err != nil {
+			return nil, nil, err
+		}
+		return d, func() { d.Close() }, nil
 	default:
 		return nil, nil, fmt.Errorf("URL %q: want nvme://HOST[:PORT]/SUBNQN[/NSID]", rawURL)
 	}

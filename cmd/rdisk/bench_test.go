@@ -126,7 +126,7 @@ func TestCLIErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"bench", "http://x/y"}, "want nvme://"},
-		{[]string{"bench", "iser://10.0.0.1:3260/iqn.x/1"}, "not supported yet"},
+		{[]string{"bench", "iser://127.0.0.1:1/iqn.x/1"}, "connection refused"},
 		{[]string{"bench", "nvme://" + addr}, "names no subsystem"},
 		{[]string{"bench", "nvme://" + addr + "/" + cliNQN, "--rw", "sideways"}, "--rw"},
 		{[]string{"bench", "nvme://" + addr + "/" + cliNQN, "--bs", "4 parsecs"}, "--bs"},

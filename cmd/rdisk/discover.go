@@ -14,15 +14,21 @@ import (
 func discoverCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "discover",
-		Usage:     "read an NVMe-oF discovery controller's log (like nvme discover -t rdma)",
-		ArgsUsage: "nvme://HOST[:PORT]",
-		Flags: append(hostIDFlags(),
+		Usage:     "list what a target exports: an NVMe-oF discovery log (like nvme discover -t rdma) or iSCSI SendTargets",
+		ArgsUsage: "nvme://HOST[:PORT] | iscsi://HOST[:PORT] | iser://HOST[:PORT] | srp://HOST[:PORT][/ID_EXT/IOC_GUID]",
+		Flags: append(append(hostIDFlags(), iscsiFlags()...),
 			&cli.BoolFlag{Name: "json", Usage: "print the log as JSON"},
 			&cli.DurationFlag{Name: "timeout", Value: host.DefaultConnectTimeout, Usage: "connect timeout"},
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return fmt.Errorf("discover takes one URL (nvme://HOST[:PORT]), got %d arguments", c.NArg())
+			}
+			if s := c.Args().First(); strings.HasPrefix(s, "iscsi://") || strings.HasPrefix(s, "iser://") {
+				return discoverISCSI(c, s)
+			}
+			if u := c.Args().First(); strings.HasPrefix(u, "srp://") {
+				return discoverSRP(c, u)
 			}
 			u, err := host.ParseURL(c.Args().First())
 			if err != nil {

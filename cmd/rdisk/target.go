@@ -2,9 +2,13 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
+
+	"github.com/rdisk/rdisk/backstore"
+	iscsitarget "github.com/rdisk/rdisk/iser/target"
 
 	"github.com/rdisk/rdisk/internal/units"
 	"github.com/rdisk/rdisk/rdma/iwarp"
@@ -15,6 +19,8 @@ import (
 const (
 	defaultNQN       = "nqn.2026-11.io.rdisk:default"
 	defaultNVMeAddr  = "127.0.0.1:4420"
+	defaultIQN       = "iqn.2026-11.io.rdisk:default"
+	defaultISCSIAddr = "127.0.0.1:3260"
 	defaultRAMSize   = "1GiB"
 	defaultBlockSize = 512
 )
@@ -22,14 +28,17 @@ const (
 func targetCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "target",
-		Usage: "export disks over NVMe-oF/RDMA (default: a 1 GiB RAM disk on 127.0.0.1:4420)",
+		Usage: "export disks over NVMe-oF/RDMA, iSER, iSCSI and SRP (default: a 1 GiB RAM disk on 127.0.0.1)",
 		Description: `With no flags, exports a sparse 1 GiB RAM disk as namespace 1 of
 nqn.2026-11.io.rdisk:default on 127.0.0.1:4420 over rdisk's software iWARP
-transport, allowing any host (it only listens on loopback).
+transport, and the same disk as LUN 0 of iqn.2026-11.io.rdisk:default on the
+iSCSI portal 127.0.0.1:3260 (iSER and iSCSI/TCP on one port) and over SRP on
+127.0.0.1:5555, allowing any host (it only listens on loopback).
+--iscsi-listen "" and --srp-listen "" turn those off.
 
 --config reads nvmetcli's saved JSON (/etc/nvmet/config.json); namespaces may
 also name "ram:SIZE" or "null:SIZE" as their device path.`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: defaultNVMeAddr, Usage: "NVMe-oF/RDMA address (host:port)"},
 			&cli.StringFlag{Name: "size", Value: defaultRAMSize, Usage: "RAM disk size"},
 			&cli.StringFlag{Name: "file", Usage: "export this regular file instead of a RAM disk"},
@@ -38,8 +47,11 @@ also name "ram:SIZE" or "null:SIZE" as their device path.`,
 			&cli.StringFlag{Name: "nqn", Value: defaultNQN, Usage: "subsystem NQN"},
 			&cli.StringSliceFlag{Name: "allow-host", Usage: "host NQN allowed to connect (repeatable)"},
 			&cli.BoolFlag{Name: "allow-any-host", Usage: "let any host connect (required on a non-loopback address without --allow-host)"},
-			&cli.StringFlag{Name: "config", Usage: "nvmetcli JSON configuration (replaces the flags above)"},
-		},
+			&cli.StringFlag{Name: "iscsi-listen", Value: defaultISCSIAddr, Usage: "iSCSI/iSER portal address (host:port; empty: none)"},
+			&cli.StringFlag{Name: "iqn", Value: defaultIQN, Usage: "iSCSI target name"},
+			&cli.StringSliceFlag{Name: "allow-initiator", Usage: "iSCSI initiator IQN allowed to log in (repeatable)"},
+			&cli.StringFlag{Name: "config", Usage: "nvmetcli JSON configuration (replaces the flags above; NVMe-oF only)"},
+		}, srpTargetFlags()...),
 		Action: runTarget,
 	}
 }
@@ -70,6 +82,24 @@ func runTarget(c *cli.Context) error {
 			fmt.Printf("  nvme://%s/%s\n", addr, s)
 		}
 		fmt.Printf("  discover: rdisk discover nvme://%s   (Linux: nvme discover -t rdma -a %s -s %s)\n", addr, hostOf(addr), portOf(addr))
+	}
+	if addr := c.String("iscsi-listen"); addr != "" && c.String("config") == "" {
+		it, err := startISCSI(c, addr, run.Disks()[0], p, log)
+		if err != nil {
+			return err
+		}
+		defer it.Close()
+	}
+	if c.String("config") == "" && len(run.Disks()) > 0 {
+		st, su, err := startSRPTarget(c, p, run.Disks()[0], log)
+		if err != nil {
+			return err
+		}
+		if st != nil {
+			defer st.Close()
+			fmt.Printf("rdisk target: serving the same disk as LUN 0 on %s (SRP over RDMA/CM, software iWARP)\n  %s\n", su.Addr(), su)
+			fmt.Printf("  Linux: echo %s > /sys/class/infiniband_srp/srp-<dev>-1/add_target\n", su.AddTarget())
+		}
 	}
 	<-c.Context.Done()
 	fmt.Println("rdisk target: stopping")
@@ -129,6 +159,42 @@ func targetConfig(c *cli.Context) (*target.Config, error) {
 	cfg.Subsystems = []target.Subsystem{sub}
 	cfg.Ports = []target.Port{{PortID: 1, Addr: target.PortAddr{AdrFam: "ipv4", TrType: "rdma", TrAddr: host, TrSvcID: port}, Subsystems: []string{sub.NQN}}}
 	return cfg, nil
+}
+
+// startISCSI exports disk as LUN 0 of --iqn on an iSCSI/TCP and iSER portal.
+func startISCSI(c *cli.Context, addr string, disk backstore.Disk, p *iwarp.Provider, log *slog.Logger) (*iscsitarget.Target, error) {
+	iqn := c.String("iqn")
+	allowed := c.StringSlice("allow-initiator")
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--iscsi-listen %q: want host:port", addr)
+	}
+	if ip := net.ParseIP(host); len(allowed) == 0 && !c.Bool("allow-any-host") && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("--iscsi-listen %s is not a loopback address: name the initiators allowed with --allow-initiator IQN, or pass --allow-any-host", addr)
+	}
+	it, err := iscsitarget.New(iscsitarget.Config{
+		Targets: []iscsitarget.TargetConfig{{Name: iqn, AllowedInitiators: allowed,
+			LUNs: []iscsitarget.LUNConfig{{LUN: 0, Disk: disk}}}},
+		Provider: p, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		it.Close()
+		return nil, fmt.Errorf("--iscsi-listen: %w", err)
+	}
+	go func() {
+		if err := it.Serve(c.Context, ln); err != nil {
+			log.Error("iscsi portal", "err", err)
+		}
+	}()
+	a := ln.Addr().String()
+	fmt.Printf("rdisk target: serving %s LUN 0 on %s (iSCSI/TCP and iSER, software iWARP)\n", iqn, a)
+	fmt.Printf("  iser://%s/%s/0\n  iscsi://%s/%s/0\n", a, iqn, a, iqn)
+	fmt.Printf("  discover: rdisk discover iscsi://%s   (Linux: iscsiadm -m discovery -t st -p %s [-I iser])\n", a, a)
+	return it, nil
 }
 
 func hostOf(addr string) string {

@@ -1,0 +1,807 @@
+package target
+
+import (
+	"context"
+	"encoding/binary"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/rdisk/rdisk/iser"
+	"github.com/rdisk/rdisk/scsi"
+)
+
+// taskState is where a command slot is in its life.
+type taskState uint8
+
+const (
+	taskFree    taskState = iota
+	taskHeld              // received ahead of ExpCmdSN, waiting for the gap to fill
+	taskData              // waiting for data-out (R2T or RDMA Read)
+	taskQueued            // waiting for a worker
+	taskExec              // in scsi.Session.Execute
+	taskRespond           // response being sent
+)
+
+func (s taskState) String() string {
+	return [...]string{"free", "held", "data", "queued", "exec", "respond"}[s]
+}
+
+// task is one command slot: the scsi.Command, its data buffer, its sense and
+// response bytes, and the transfer state. Slots are allocated once per
+// connection and reused.
+type task struct {
+	idx     int
+	gen     uint16 // bumped at each use of the slot, part of the TTT
+	state   taskState
+	itt     uint32
+	cmdSN   uint32
+	lun     uint64
+	rawLUN  uint64
+	imm     bool
+	dropped bool // aborted before Execute: free without a response
+	credit  bool // the window was already credited for it
+	failed  bool // data-out arrived out of sequence: fail the command
+	cmd     scsi.Command
+	cdb     [16]byte
+	expLen  uint32
+	buf     []byte // data buffer (data-out received, data-in to send)
+	sense   [scsi.SenseBufferLen]byte
+	rsp     [2 + scsi.SenseBufferLen]byte
+
+	// Data-out progress.
+	need    uint32 // bytes of data-out to collect before executing
+	got     uint32 // bytes collected (immediate, unsolicited, solicited)
+	unsol   bool   // unsolicited Data-Out PDUs still to come
+	dataSN  uint32 // next DataSN expected in the current sequence
+	r2tSN   uint32
+	r2tOff  uint32 // offset of the outstanding R2T
+	r2tLen  uint32 // its length (0: none outstanding)
+	ttt     uint32
+	unsolSN uint32
+
+	// iSER.
+	rstag, wstag uint32
+	rva, wva     uint64
+	rsv, wsv     bool
+	inv          uint32 // key to invalidate with the response (0: none)
+	pending      int    // work completions still expected
+	rspLen       int    // bytes of the response Send
+	r2tQueued    bool
+}
+
+// ctl is a control PDU to send: NOP-In, Text, Logout and TMF responses,
+// Reject, Async Message, R2T. Its header is encoded except StatSN,
+// ExpCmdSN and MaxCmdSN, which the sender fills (they sit at the same
+// offsets in every target PDU).
+type ctl struct {
+	hdr     [iser.BHSSize]byte
+	data    []byte
+	advance bool   // consumes a StatSN
+	r2t     *task  // an R2T of this task (StatSN not advanced)
+	gen     uint16 // r2t's generation when the R2T was queued
+	close   bool   // drop the connection once sent (Logout)
+}
+
+// transport is what differs between iSCSI/TCP and iSER.
+type transport interface {
+	// fetch starts collecting the data-out a task still needs; when it is
+	// all in, the transport calls conn.dataReady.
+	fetch(t *task)
+	// respond sends a completed task's data-in and status, then frees it
+	// with conn.release. inline is set when the caller is the
+	// connection's own receive loop, which may write at once.
+	respond(t *task, inline bool)
+	// send sends a control PDU.
+	send(p *ctl)
+	// fetchAbort stops collecting data-out for a task being aborted
+	// (c.mu held). It reports whether the caller may free the slot now;
+	// false means a transfer is still in flight and dataReady frees it.
+	fetchAbort(t *task) bool
+	// shut closes the connection (idempotent).
+	shut()
+	// localAddr is the portal address the initiator reached.
+	localAddr() net.Addr
+}
+
+// conn is the full feature phase of one connection, common to both
+// transports: the task slots, the command window, dispatch to workers, task
+// management, NOP, Text and Logout.
+type conn struct {
+	t      *Target
+	sess   *session
+	params iser.Params
+	log    *slog.Logger
+	x      transport
+	maxXfr int
+	connID uint16
+
+	mu       sync.Mutex
+	slotFree sync.Cond
+	tasks    []task
+	free     []*task
+	byITT    map[uint32]*task
+	held     map[uint32]*task
+	win      iser.CmdWindow
+	closing  bool
+
+	work      chan *task
+	inlineQ   []*task // tasks the receive loop runs itself (non-blocking disks)
+	workersWG sync.WaitGroup
+	text      iser.TextResponder
+	dropOnce  sync.Once
+	done      chan struct{} // closed when the connection has ended
+	tmfWG     sync.WaitGroup
+}
+
+// extraSlots are slots beyond the command window for immediate commands.
+const extraSlots = 8
+
+func newConn(t *Target, ls iser.Session, x transport, log *slog.Logger) *conn {
+	depth := int(t.cfg.QueueDepth)
+	n := depth + extraSlots
+	c := &conn{t: t, params: ls.Params, log: log, x: x, maxXfr: t.cfg.MaxTransfer,
+		tasks: make([]task, n), free: make([]*task, 0, n), byITT: make(map[uint32]*task, n),
+		held: map[uint32]*task{}, win: ls.CmdWindow, work: make(chan *task, n), done: make(chan struct{})}
+	c.slotFree.L = &c.mu
+	for i := range c.tasks {
+		tk := &c.tasks[i]
+		tk.idx = i
+		tk.cmd.Sense = tk.sense[:]
+		c.free = append(c.free, &c.tasks[n-1-i])
+	}
+	c.text = iser.TextResponder{
+		SessionType:              ls.Params.SessionType,
+		SessionTarget:            ls.Params.TargetName,
+		MaxSendDataSegmentLength: int(ls.Params.MaxSendDataSegmentLength),
+	}
+	return c
+}
+
+// start launches the workers.
+func (c *conn) start() {
+	if c.sess.scsi == nil {
+		return
+	}
+	for range c.t.cfg.Workers {
+		c.workersWG.Add(1)
+		go c.worker()
+	}
+}
+
+// stop ends the full feature phase after the connection closed: pending
+// tasks are dropped, TMFs and workers finish, the session closes.
+func (c *conn) stop() {
+	c.mu.Lock()
+	c.closing = true
+	for i := range c.tasks {
+		tk := &c.tasks[i]
+		if tk.state == taskHeld || tk.state == taskData || tk.state == taskQueued {
+			tk.dropped = true
+		}
+	}
+	inl := c.inlineQ
+	c.inlineQ = nil
+	c.slotFree.Broadcast()
+	c.mu.Unlock()
+	for _, tk := range inl {
+		c.release(tk)
+	}
+	if c.sess != nil && c.sess.scsi != nil {
+		// Abort what is still running so workers return promptly.
+		c.sess.scsi.Close()
+	}
+	close(c.work)
+	c.workersWG.Wait()
+	c.tmfWG.Wait()
+	if c.sess != nil {
+		c.sess.close()
+	}
+	close(c.done)
+}
+
+// drop closes the connection from any goroutine.
+func (c *conn) drop(reason string) {
+	c.dropOnce.Do(func() {
+		c.log.Debug("iscsi: dropping connection", "reason", reason)
+		c.x.shut()
+	})
+}
+
+// getTask takes a free slot, waiting for one (a response being written
+// frees its slot right after). It returns nil when the connection closes.
+func (c *conn) getTask() *task {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.free) == 0 && !c.closing {
+		c.slotFree.Wait()
+	}
+	if c.closing {
+		return nil
+	}
+	n := len(c.free)
+	tk := c.free[n-1]
+	c.free = c.free[:n-1]
+	return tk
+}
+
+// release frees a task slot whose response was sent (or that ends
+// without one) and credits the window if that was not done yet.
+func (c *conn) release(tk *task) {
+	c.mu.Lock()
+	c.creditLocked(tk)
+	if cur, ok := c.byITT[tk.itt]; ok && cur == tk {
+		delete(c.byITT, tk.itt)
+	}
+	tk.state = taskFree
+	tk.dropped = false
+	c.free = append(c.free, tk)
+	c.slotFree.Signal()
+	c.mu.Unlock()
+}
+
+func (c *conn) creditLocked(tk *task) {
+	if !tk.credit {
+		tk.credit = true
+		if !tk.imm {
+			c.win.Credit(1)
+		}
+	}
+}
+
+// stamp fills StatSN, ExpCmdSN and MaxCmdSN of a target PDU header.
+func (c *conn) stamp(hdr []byte, statSN uint32) {
+	c.mu.Lock()
+	w := c.win
+	c.mu.Unlock()
+	binary.BigEndian.PutUint32(hdr[iser.OffsetStatSN:], statSN)
+	binary.BigEndian.PutUint32(hdr[iser.OffsetExpCmdSN:], w.ExpCmdSN)
+	binary.BigEndian.PutUint32(hdr[iser.OffsetMaxCmdSN:], w.MaxCmdSN)
+}
+
+// window returns the current window.
+func (c *conn) window() iser.CmdWindow {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.win
+}
+
+// checkSN classifies a non-immediate PDU's CmdSN. In-window PDUs that are
+// not SCSI commands consume their CmdSN at once (they hold no slot).
+func (c *conn) consumeSN(cmdSN uint32, immediate bool) bool {
+	if immediate {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch c.win.Check(cmdSN) {
+	case iser.CmdSNDuplicate, iser.CmdSNOutOfWindow:
+		return false
+	}
+	if cmdSN == c.win.ExpCmdSN {
+		c.win.Advance()
+		c.win.Credit(1)
+		c.releaseHeldLocked()
+	}
+	return true
+}
+
+// xferInfo is what an iSER header says about a command's buffers.
+type xferInfo struct {
+	rsv, wsv     bool
+	rstag, wstag uint32
+	rva, wva     uint64
+}
+
+// onCommand handles a SCSI Command PDU: p.Data is its immediate data (only
+// valid during the call), x what an iSER header said about the buffers.
+func (c *conn) onCommand(p iser.PDU, x *xferInfo) {
+	if c.sess.scsi == nil {
+		c.reject(p, iser.RejectProtocolError)
+		return
+	}
+	cmd := iser.SCSICommand(p.BHS)
+	immediate := p.BHS.Immediate()
+	cmdSN := cmd.CmdSN()
+	if !immediate {
+		c.mu.Lock()
+		v := c.win.Check(cmdSN)
+		c.mu.Unlock()
+		if v != iser.CmdSNInWindow {
+			c.log.Debug("iscsi: ignoring command outside the window", "cmdsn", cmdSN, "verdict", v)
+			return
+		}
+	}
+	ahs, err := iser.ParseCommandAHS(p.AHS)
+	if err != nil || ahs.HasBidiReadLength || (cmd.Read() && cmd.Write()) {
+		c.reject(p, iser.RejectProtocolError)
+		return
+	}
+	tk := c.getTask()
+	if tk == nil {
+		return
+	}
+	tk.gen++
+	tk.itt = p.BHS.ITT()
+	tk.cmdSN = cmdSN
+	tk.imm = immediate
+	tk.credit = false
+	tk.dropped = false
+	tk.rawLUN = p.BHS.LUN()
+	var lb [8]byte
+	binary.BigEndian.PutUint64(lb[:], tk.rawLUN)
+	if n, err := scsi.DecodeLUN(lb); err == nil {
+		tk.lun = n
+	} else {
+		tk.lun = scsi.MaxLUN + 1
+	}
+	copy(tk.cdb[:], cmd.CDB())
+	cdbLen := 16
+	tk.expLen = cmd.ExpectedDataTransferLength()
+	c.prepare(tk, cmd, cdbLen, len(ahs.ExtendedCDB) > 0)
+	if x != nil {
+		tk.rsv, tk.wsv, tk.rstag, tk.wstag, tk.rva, tk.wva = x.rsv, x.wsv, x.rstag, x.wstag, x.rva, x.wva
+	}
+	// Data-out: immediate data, then unsolicited and solicited data.
+	tk.failed, tk.inv, tk.pending = false, 0, 0
+	tk.got, tk.need, tk.unsol, tk.r2tLen, tk.r2tSN, tk.dataSN, tk.unsolSN, tk.r2tQueued = 0, 0, false, 0, 0, 0, 0, false
+	if tk.cmd.Dir == scsi.DirOut {
+		tk.need = c.sess.scsi.DataOutLength(tk.lun, tk.cmd.CDB, tk.expLen)
+		if len(p.Data) > 0 {
+			copy(tk.buf, p.Data)
+			tk.got = uint32(len(p.Data))
+		}
+		tk.unsol = !p.BHS.Final() && tk.got < tk.expLen
+		tk.cmd.DataOut = tk.buf[:min(uint32(len(tk.buf)), tk.expLen)]
+	}
+	c.mu.Lock()
+	if old, dup := c.byITT[tk.itt]; dup && old != tk {
+		// ITT in use: a protocol error at ERL 0.
+		c.mu.Unlock()
+		c.release(tk)
+		c.reject(p, iser.RejectTaskInProgress)
+		return
+	}
+	c.byITT[tk.itt] = tk
+	if !immediate && cmdSN != c.win.ExpCmdSN {
+		tk.state = taskHeld
+		c.held[cmdSN] = tk
+		c.mu.Unlock()
+		return
+	}
+	if !immediate {
+		c.win.Advance()
+	}
+	c.startLocked(tk)
+	if !immediate {
+		c.releaseHeldLocked()
+	}
+	c.mu.Unlock()
+}
+
+// prepare fills the scsi.Command of a new task.
+func (c *conn) prepare(tk *task, cmd iser.SCSICommand, cdbLen int, extCDB bool) {
+	sc := &tk.cmd
+	sc.CDB = tk.cdb[:cdbLen]
+	sc.LUN = tk.lun
+	sc.Tag = uint64(tk.itt)
+	switch cmd.Attr() {
+	case iser.AttrOrdered:
+		sc.Attr = scsi.AttrOrdered
+	case iser.AttrHeadOfQueue:
+		sc.Attr = scsi.AttrHeadOfQueue
+	case iser.AttrACA:
+		sc.Attr = scsi.AttrACA
+	default:
+		sc.Attr = scsi.AttrSimple
+	}
+	if extCDB {
+		// CDBs longer than 16 bytes (32-byte variable-length CDBs) are
+		// refused by the core; the first 16 bytes carry the opcode.
+		sc.CDB = tk.cdb[:16]
+	}
+	sc.ExpectedLength = tk.expLen
+	sc.DataOut, sc.DataIn = nil, nil
+	sc.Status, sc.SenseLen, sc.DataInLen, sc.Residual, sc.ResidualKind, sc.Aborted = 0, 0, 0, 0, 0, false
+	want := min(int(tk.expLen), c.maxXfr)
+	switch {
+	case cmd.Write():
+		sc.Dir = scsi.DirOut
+	case cmd.Read():
+		sc.Dir = scsi.DirIn
+	default:
+		sc.Dir = scsi.DirNone
+		want = 0
+	}
+	if cap(tk.buf) < want {
+		tk.buf = c.allocBuf(tk, want)
+	}
+	tk.buf = tk.buf[:cap(tk.buf)]
+	if sc.Dir == scsi.DirIn {
+		sc.DataIn = tk.buf[:want]
+	}
+}
+
+// allocBuf returns a data buffer of at least n bytes for tk: plain memory
+// here; the iSER transport registers it (see iserConn.ensureMR).
+func (c *conn) allocBuf(tk *task, n int) []byte {
+	size := 4096
+	for size < n {
+		size *= 2
+	}
+	size = min(size, c.maxXfr)
+	return make([]byte, size)
+}
+
+// startLocked moves a task whose CmdSN was reached on: collect data-out,
+// or run it.
+func (c *conn) startLocked(tk *task) {
+	if tk.cmd.Dir == scsi.DirOut && (tk.got < tk.need || tk.unsol || tk.failed) {
+		tk.state = taskData
+		c.mu.Unlock()
+		c.x.fetch(tk)
+		c.mu.Lock()
+		return
+	}
+	c.queueLocked(tk)
+}
+
+func (c *conn) queueLocked(tk *task) {
+	tk.state = taskQueued
+	if c.sess.node.inline[tk.lun] {
+		c.inlineQ = append(c.inlineQ, tk)
+		return
+	}
+	c.work <- tk // never blocks: the channel holds every slot
+}
+
+// runInline runs the tasks queued for the receive loop: commands on disks
+// that never block (RAM) run without a hand-off to a worker.
+func (c *conn) runInline() {
+	for {
+		c.mu.Lock()
+		if len(c.inlineQ) == 0 {
+			c.mu.Unlock()
+			return
+		}
+		tk := c.inlineQ[0]
+		copy(c.inlineQ, c.inlineQ[1:])
+		c.inlineQ = c.inlineQ[:len(c.inlineQ)-1]
+		c.mu.Unlock()
+		c.run(tk, true)
+	}
+}
+
+// dataReady is called by the transport when a task's data-out is in.
+func (c *conn) dataReady(tk *task) {
+	c.mu.Lock()
+	if tk.state != taskData {
+		c.mu.Unlock()
+		return
+	}
+	if tk.dropped || c.closing {
+		c.mu.Unlock()
+		c.release(tk)
+		return
+	}
+	c.queueLocked(tk)
+	c.mu.Unlock()
+}
+
+// failData completes a task whose data-out was out of sequence with
+// CHECK CONDITION, ABORTED COMMAND, DATA PHASE ERROR.
+func (c *conn) failData(tk *task) {
+	c.mu.Lock()
+	if tk.state != taskData || tk.dropped || c.closing {
+		c.mu.Unlock()
+		return
+	}
+	tk.state = taskRespond
+	c.mu.Unlock()
+	setSense(&tk.cmd, scsi.KeyAbortedCommand, 0x4b00)
+	c.x.respond(tk, false)
+}
+
+// setSense completes a command with CHECK CONDITION and fixed-format sense
+// data built here (for errors of the transport, not of the core).
+func setSense(sc *scsi.Command, key scsi.SenseKey, asc scsi.ASC) {
+	s := sc.Sense[:scsi.SenseFixedLen]
+	clear(s)
+	s[0], s[2], s[7], s[12], s[13] = 0x70, byte(key), scsi.SenseFixedLen-8, asc.Code(), asc.Qualifier()
+	sc.Status, sc.SenseLen, sc.DataInLen, sc.Residual, sc.ResidualKind = scsi.StatusCheckCondition, scsi.SenseFixedLen, 0, 0, scsi.ResidualNone
+}
+
+// releaseHeldLocked starts held commands whose CmdSN came up.
+func (c *conn) releaseHeldLocked() {
+	for len(c.held) > 0 {
+		tk, ok := c.held[c.win.ExpCmdSN]
+		if !ok {
+			return
+		}
+		delete(c.held, c.win.ExpCmdSN)
+		c.win.Advance()
+		if tk.dropped {
+			c.mu.Unlock()
+			c.release(tk)
+			c.mu.Lock()
+			continue
+		}
+		c.startLocked(tk)
+	}
+}
+
+// worker runs queued tasks.
+func (c *conn) worker() {
+	defer c.workersWG.Done()
+	for tk := range c.work {
+		c.run(tk, false)
+	}
+}
+
+// run executes a queued task and sends its response.
+func (c *conn) run(tk *task, inline bool) {
+	c.mu.Lock()
+	if tk.dropped || c.closing {
+		c.mu.Unlock()
+		c.release(tk)
+		return
+	}
+	tk.state = taskExec
+	c.mu.Unlock()
+	c.sess.scsi.Execute(&tk.cmd)
+	c.mu.Lock()
+	if tk.cmd.Aborted || tk.dropped || c.closing {
+		c.mu.Unlock()
+		c.release(tk)
+		return
+	}
+	tk.state = taskRespond
+	c.mu.Unlock()
+	c.x.respond(tk, inline)
+}
+
+// responseFields returns the SCSI Response of a completed task, with the
+// sense data (if any) encoded into tk.rsp; n is the data segment length.
+func (c *conn) responseFields(tk *task) (iser.SCSIResponseFields, int) {
+	sc := &tk.cmd
+	f := iser.SCSIResponseFields{
+		Response: iser.ResponseCompleted,
+		Status:   uint8(sc.Status),
+		ITT:      tk.itt,
+	}
+	switch sc.ResidualKind {
+	case scsi.ResidualOverflow:
+		f.Overflow, f.ResidualCount = true, sc.Residual
+	case scsi.ResidualUnderflow:
+		f.Underflow, f.ResidualCount = true, sc.Residual
+	}
+	n := 0
+	if sc.SenseLen > 0 {
+		n = len(iser.AppendSenseData(tk.rsp[:0], tk.sense[:sc.SenseLen]))
+	}
+	return f, n
+}
+
+// reject answers a PDU with a Reject carrying its header.
+func (c *conn) reject(p iser.PDU, reason iser.RejectReason) {
+	r := &ctl{advance: true}
+	iser.Reject(r.hdr[:]).Encode(&iser.RejectFields{Reason: reason})
+	r.data = append([]byte(nil), p.Header()...)
+	c.x.send(r)
+}
+
+// onNOPOut answers a ping.
+func (c *conn) onNOPOut(p iser.PDU) {
+	n := iser.NOPOut(p.BHS)
+	if !c.consumeSN(n.CmdSN(), p.BHS.Immediate()) {
+		return
+	}
+	if p.BHS.ITT() == iser.ReservedTag {
+		return // the answer to a NOP-In of ours
+	}
+	r := &ctl{advance: true}
+	iser.NOPIn(r.hdr[:]).Encode(&iser.NOPInFields{LUN: p.BHS.LUN(), ITT: p.BHS.ITT(), TTT: iser.ReservedTag})
+	if len(p.Data) > 0 {
+		r.data = append([]byte(nil), p.Data...)
+	}
+	c.x.send(r)
+}
+
+// onText answers a Text Request.
+func (c *conn) onText(p iser.PDU) {
+	req := iser.TextRequest(p.BHS)
+	if !c.consumeSN(req.CmdSN(), p.BHS.Immediate()) {
+		return
+	}
+	if c.text.Targets == nil {
+		initiator := c.sess.initiator
+		local := c.localAddr()
+		c.text.Targets = func(q string) []iser.TargetRecord { return c.t.sendTargets(initiator, local, q) }
+	}
+	out := make([]byte, c.params.MaxSendDataSegmentLength)
+	f, n, err := c.text.Respond(req, p.Data, out)
+	if err != nil {
+		c.log.Debug("iscsi: bad text request", "err", err)
+		c.reject(p, iser.RejectProtocolError)
+		return
+	}
+	r := &ctl{advance: true, data: out[:n]}
+	iser.TextResponse(r.hdr[:]).Encode(&f)
+	c.x.send(r)
+}
+
+// onLogout answers a Logout Request and closes the connection after the
+// response.
+func (c *conn) onLogout(p iser.PDU) {
+	req := iser.LogoutRequest(p.BHS)
+	c.consumeSN(req.CmdSN(), p.BHS.Immediate())
+	resp := iser.LogoutSuccess
+	if req.Reason() == iser.LogoutRecovery {
+		resp = iser.LogoutRecoveryUnsupported
+	} else if req.Reason() == iser.LogoutCloseConnection && req.CID() != c.cid() {
+		resp = iser.LogoutCIDNotFound
+	}
+	r := &ctl{advance: true, close: resp == iser.LogoutSuccess}
+	iser.LogoutResponse(r.hdr[:]).Encode(&iser.LogoutResponseFields{Response: resp, ITT: p.BHS.ITT()})
+	c.x.send(r)
+}
+
+// cid is the connection's CID (MaxConnections 1: the login's).
+func (c *conn) cid() uint16 { return c.connID }
+
+func (c *conn) localAddr() net.Addr { return c.x.localAddr() }
+
+// sendAsync sends an Asynchronous Message.
+func (c *conn) sendAsync(ev iser.AsyncEvent) {
+	r := &ctl{advance: true}
+	f := iser.AsyncMessageFields{Event: ev}
+	switch ev {
+	case iser.AsyncRequestLogout:
+		f.Parameter3 = 2 // seconds to log out in
+	case iser.AsyncDroppingConnection, iser.AsyncDroppingAllConnections:
+		f.Parameter2, f.Parameter3 = 2, 20 // Time2Wait, Time2Retain
+	}
+	iser.AsyncMessage(r.hdr[:]).Encode(&f)
+	c.x.send(r)
+}
+
+// onTMF runs a task management request on its own goroutine: it may wait
+// for aborted commands, which the workers must be free to finish.
+func (c *conn) onTMF(p iser.PDU) {
+	req := iser.TaskMgmtRequest(p.BHS)
+	f := req.Fields()
+	if !c.consumeSN(f.CmdSN, f.Immediate) {
+		return
+	}
+	c.tmfWG.Add(1)
+	go func() {
+		defer c.tmfWG.Done()
+		resp := c.tmf(f)
+		r := &ctl{advance: true}
+		iser.TaskMgmtResponse(r.hdr[:]).Encode(&iser.TaskMgmtResponseFields{Response: resp, ITT: f.ITT})
+		c.x.send(r)
+	}()
+}
+
+func (c *conn) tmf(f iser.TaskMgmtRequestFields) uint8 {
+	if c.sess.scsi == nil {
+		return iser.TMFRejected
+	}
+	var lb [8]byte
+	binary.BigEndian.PutUint64(lb[:], f.LUN)
+	lun, err := scsi.DecodeLUN(lb)
+	if err != nil {
+		lun = scsi.MaxLUN + 1
+	}
+	var fn scsi.TMF
+	switch f.Function {
+	case iser.TMFAbortTask:
+		fn = scsi.TMFAbortTask
+	case iser.TMFAbortTaskSet:
+		fn = scsi.TMFAbortTaskSet
+	case iser.TMFClearACA:
+		fn = scsi.TMFClearACA
+	case iser.TMFClearTaskSet:
+		fn = scsi.TMFClearTaskSet
+	case iser.TMFLogicalUnitReset:
+		fn = scsi.TMFLUNReset
+	case iser.TMFTargetWarmReset:
+		fn = scsi.TMFTargetWarmReset
+	case iser.TMFTargetColdReset:
+		fn = scsi.TMFTargetColdReset
+	case iser.TMFTaskReassign:
+		return iser.TMFNoFailover
+	default:
+		return iser.TMFNotSupported
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if fn == scsi.TMFAbortTask {
+		c.mu.Lock()
+		tk, ok := c.byITT[f.ReferencedTaskTag]
+		if !ok || tk.state == taskFree || tk.state == taskRespond || tk.rawLUN != f.LUN {
+			w := c.win
+			c.mu.Unlock()
+			// RFC 7143 section 11.5.1: a task never received whose
+			// RefCmdSN is in the window counts as aborted.
+			if iser.SNGreaterEq(f.RefCmdSN, w.ExpCmdSN) && iser.SNLess(f.RefCmdSN, f.CmdSN) {
+				return iser.TMFComplete
+			}
+			return iser.TMFNoTask
+		}
+		if tk.state != taskExec {
+			now := c.dropLocked(tk)
+			c.mu.Unlock()
+			if now {
+				c.release(tk)
+			}
+			return iser.TMFComplete
+		}
+		c.mu.Unlock()
+		return tmfCode(c.sess.scsi.TaskManagement(ctx, fn, lun, uint64(f.ReferencedTaskTag)))
+	}
+	// Set-wide functions: drop this nexus's tasks that have not reached
+	// Execute yet, then let the core abort the running ones.
+	switch fn {
+	case scsi.TMFAbortTaskSet, scsi.TMFClearTaskSet, scsi.TMFLUNReset, scsi.TMFTargetWarmReset, scsi.TMFTargetColdReset:
+		all := fn == scsi.TMFTargetWarmReset || fn == scsi.TMFTargetColdReset
+		var drop []*task
+		c.mu.Lock()
+		for i := range c.tasks {
+			tk := &c.tasks[i]
+			switch tk.state {
+			case taskHeld, taskData, taskQueued:
+				if (all || tk.rawLUN == f.LUN) && !tk.dropped && c.dropLocked(tk) {
+					drop = append(drop, tk)
+				}
+			}
+		}
+		c.mu.Unlock()
+		for _, tk := range drop {
+			c.release(tk)
+		}
+	}
+	resp := tmfCode(c.sess.scsi.TaskManagement(ctx, fn, lun, uint64(f.ReferencedTaskTag)))
+	if fn == scsi.TMFTargetColdReset && resp == iser.TMFComplete {
+		// A cold reset ends the connections (after the response).
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			c.drop("target cold reset")
+		}()
+	}
+	return resp
+}
+
+// dropLocked aborts a task that has not reached Execute. It reports
+// whether the caller must release the slot (after unlocking c.mu); else a
+// worker or the transport frees it.
+func (c *conn) dropLocked(tk *task) bool {
+	tk.dropped = true
+	switch tk.state {
+	case taskHeld:
+		delete(c.held, tk.cmdSN)
+		tk.state = taskQueued // no longer findable
+		return true
+	case taskData:
+		if c.x.fetchAbort(tk) {
+			tk.state = taskQueued
+			return true
+		}
+	}
+	return false
+}
+
+func tmfCode(r scsi.TMFResponse) uint8 {
+	switch r {
+	case scsi.TMFComplete, scsi.TMFSucceeded:
+		return iser.TMFComplete
+	case scsi.TMFTaskNotFound:
+		return iser.TMFNoTask
+	case scsi.TMFIncorrectLUN:
+		return iser.TMFNoLUN
+	case scsi.TMFRejected:
+		return iser.TMFNotSupported
+	}
+	return iser.TMFRejected
+}

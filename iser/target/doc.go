@@ -1,0 +1,81 @@
+// Package target is rdisk's iSCSI target portal: one listener that serves
+// iSCSI over TCP (RFC 7143) and iSER (RFC 7145) on rdisk's RDMA API, told
+// apart by the first bytes of each connection, with SCSI commands executed
+// by package scsi.
+//
+// # Use
+//
+//	disk, _ := backstore.NewMem(1<<30, 512)
+//	t, err := target.New(target.Config{
+//		Targets: []target.TargetConfig{{
+//			Name: "iqn.2026-11.io.rdisk:default",
+//			LUNs: []target.LUNConfig{{LUN: 0, Disk: disk}},
+//			// AllowedInitiators, CHAP, MutualCHAP: optional
+//		}},
+//		Provider: iwarpProvider, // nil: iSCSI/TCP only
+//	})
+//	ln, _ := net.Listen("tcp", "127.0.0.1:3260")
+//	go t.Serve(ctx, ln) // or t.ListenAndServe(ctx, "127.0.0.1:3260")
+//	...
+//	t.Close() // announces the drop (Async Message), ends every session
+//
+// # Portal
+//
+// A connection whose first 16 bytes are the MPA request key ("MPA ID Req
+// Frame") goes to Config.Provider.ServeConn, and the RDMA connection request
+// it yields becomes an iSER connection; anything else is iSCSI over TCP
+// (its first bytes are a Login Request BHS). Logins use package iser's
+// engines: AuthMethod None or CHAP (one-way and mutual), per target and for
+// discovery sessions; ACLs by initiator name (LoginForbidden) and unknown
+// targets (LoginNotFound) are decided in Resolve. SendTargets answers list
+// the targets the initiator may log in to, at the address it reached.
+//
+// # Full feature phase
+//
+// Each connection has a fixed set of task slots (the command window,
+// Config.QueueDepth, plus a few for immediate commands), each with its
+// scsi.Command, data buffer (grown on first use up to Config.MaxTransfer,
+// then reused; registered memory on iSER), sense and response bytes: the
+// steady state allocates nothing per command. Commands are delivered in
+// CmdSN order (ahead-of-window commands are held, duplicates and
+// out-of-window ones ignored, as RFC 7143 section 4.2.2.1 says); MaxCmdSN
+// advances as slots free. Commands on disks that never block (RAM, null)
+// run on the connection's receive loop; others on Config.Workers worker
+// goroutines per connection.
+//
+// iSCSI/TCP: immediate data, unsolicited Data-Out (InitialR2T=No up to
+// FirstBurstLength) and R2Ts of at most MaxBurstLength (one outstanding)
+// collect the data-out; Data-In PDUs of at most the initiator's
+// MaxRecvDataSegmentLength carry data-in, the last one with the status when
+// there is no sense data. A Data-Out with a wrong DataSN or offset fails its
+// command with ABORTED COMMAND / DATA PHASE ERROR and keeps the connection.
+// A sender goroutine batches responses of other goroutines into one write;
+// the receive loop writes its own responses and flushes when its input is
+// drained.
+//
+// iSER: the CM private data is answered as Linux isert does (ZBVA never
+// used; Send with Invalidate unless the initiator refused it or
+// Config.NoSendWithInvalidate). Data-in goes by RDMA Write to the read
+// STag/VA, data-out after the immediate data is pulled by one RDMA Read from
+// the write STag/VA (InitialR2T=Yes: no Data-Out PDUs), and the SCSI
+// Response follows as a Send (with Invalidate of the command's STag). The
+// RDMA Read depth (ORD) is half the initiator's IRD, at most 16: rdisk's
+// iWARP provider frees an IRD slot only after the writev of a Read
+// Response returns, so a requester running at exactly IRD can be
+// terminated for exceeding it.
+//
+// Task management maps to scsi.Session.TaskManagement (ABORT TASK, ABORT
+// TASK SET, CLEAR TASK SET, LOGICAL UNIT RESET, TARGET WARM/COLD RESET);
+// commands not yet in Execute (held, waiting for data, queued) are dropped
+// here, aborted commands get no response, and the TMF response follows the
+// responses already queued. ABORT TASK of a completed task answers "task
+// does not exist". NOP-Out pings are answered, Text requests go to
+// iser.TextResponder, Logout closes the connection after its response,
+// SNACKs are rejected (ErrorRecoveryLevel 0), a login with the ISID of a
+// live session reinstates it.
+//
+// # Concurrency
+//
+// Target methods are safe for concurrent use. The package has no
+// package-level mutable state.
+package target

@@ -1,0 +1,102 @@
+package target
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rdisk/rdisk/iser"
+	"github.com/rdisk/rdisk/scsi"
+)
+
+// session is one iSCSI session: an I_T nexus with one connection
+// (MaxConnections is 1), or a discovery session without a nexus.
+type session struct {
+	t         *Target
+	node      *node // nil in a discovery session
+	tsih      uint16
+	isid      iser.ISID
+	initiator string
+	scsi      *scsi.Session
+	conn      *conn
+}
+
+// initiatorPort is the SCSI initiator port name of an iSCSI session
+// (RFC 7143 section 4.4.2): name, ",i,0x" and the ISID in hex.
+func initiatorPort(name string, isid iser.ISID) string {
+	return fmt.Sprintf("%s,i,0x%x", name, isid[:])
+}
+
+// openSession turns a finished login into a session: it reinstates (drops)
+// an older session of the same initiator port and opens the I_T nexus.
+func (t *Target) openSession(ls iser.Session, id iser.LoginIdentity, c *conn) (*session, error) {
+	s := &session{t: t, tsih: ls.TSIH, isid: ls.ISID, initiator: id.InitiatorName, conn: c}
+	if ls.Params.SessionType == iser.SessionDiscovery {
+		t.mu.Lock()
+		t.sessions[s.tsih] = s
+		t.mu.Unlock()
+		return s, nil
+	}
+	s.node = t.nodes[ls.Params.TargetName]
+	if s.node == nil {
+		return nil, fmt.Errorf("target %s vanished", ls.Params.TargetName)
+	}
+	port := initiatorPort(id.InitiatorName, ls.ISID)
+	cfg := scsi.SessionConfig{
+		InitiatorPort: port,
+		ProtocolID:    scsi.ProtocolISCSI,
+		TargetPort:    fmt.Sprintf("%s,t,0x%x", s.node.cfg.Name, t.cfg.PortalGroupTag),
+	}
+	for attempt := 0; ; attempt++ {
+		// Session reinstatement (RFC 7143 section 6.3.5): a login with
+		// TSIH 0 and the ISID of a live session replaces it.
+		t.mu.Lock()
+		var old *session
+		for _, o := range t.sessions {
+			if o != nil && o.node == s.node && o.isid == s.isid && o.initiator == s.initiator {
+				old = o
+				break
+			}
+		}
+		t.mu.Unlock()
+		if old != nil {
+			t.log.Info("iscsi: reinstating session", "initiator", port, "old_tsih", old.tsih, "tsih", s.tsih)
+			old.conn.drop("session reinstatement")
+			select {
+			case <-old.conn.done:
+			case <-time.After(10 * time.Second):
+				return nil, fmt.Errorf("session %d did not end for reinstatement", old.tsih)
+			}
+		}
+		ss, err := s.node.scsi.NewSession(cfg)
+		if err == nil {
+			s.scsi = ss
+			break
+		}
+		if !errors.Is(err, scsi.ErrDuplicateSession) || attempt > 50 {
+			return nil, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.mu.Lock()
+	t.sessions[s.tsih] = s
+	t.mu.Unlock()
+	return s, nil
+}
+
+// close forgets the session (its nexus is closed by the connection) and
+// frees its TSIH.
+func (s *session) close() {
+	s.t.mu.Lock()
+	if s.t.sessions[s.tsih] == s {
+		delete(s.t.sessions, s.tsih)
+	}
+	s.t.mu.Unlock()
+}
+
+// announceDrop tells the initiator the target is going away.
+func (s *session) announceDrop() {
+	if c := s.conn; c != nil {
+		c.sendAsync(iser.AsyncDroppingAllConnections)
+	}
+}

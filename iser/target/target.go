@@ -1,0 +1,492 @@
+package target
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rdisk/rdisk/backstore"
+	"github.com/rdisk/rdisk/iser"
+	"github.com/rdisk/rdisk/rdma"
+	"github.com/rdisk/rdisk/scsi"
+)
+
+// Defaults of Config.
+const (
+	DefaultPort           = 3260
+	DefaultQueueDepth     = 128
+	DefaultMaxTransfer    = 1 << 20
+	DefaultWorkers        = 4
+	DefaultPortalGroupTag = 1
+	// DefaultLoginTimeout bounds a connection's login phase (and the wait
+	// for its first bytes).
+	DefaultLoginTimeout = 15 * time.Second
+)
+
+// mpaKey is the start of an MPA request frame (RFC 5044): what an iWARP
+// initiator sends first on a portal connection.
+const mpaKey = "MPA ID Req Frame"
+
+// MPAProvider is an RDMA provider that can take over an accepted TCP
+// connection whose first bytes were an MPA request: *iwarp.Provider.
+type MPAProvider interface {
+	rdma.Provider
+	ServeConn(ctx context.Context, c net.Conn, rest []byte) (rdma.ConnRequest, error)
+}
+
+// Config describes a Target: the iSCSI targets it exports and how it serves
+// them. Only Targets is required.
+type Config struct {
+	// Targets are the iSCSI targets (IQNs) exported through the portal.
+	Targets []TargetConfig
+	// Provider serves iSER: connections whose first bytes are an MPA
+	// request are handed to it. Nil serves iSCSI over TCP only (MPA
+	// connections are closed).
+	Provider MPAProvider
+	// Logger receives connection and session events; nil discards them.
+	Logger *slog.Logger
+	// QueueDepth is the command window of each session (commands in
+	// flight); default DefaultQueueDepth, at most 1024.
+	QueueDepth int
+	// MaxTransfer is the largest data transfer of one command (bytes);
+	// default DefaultMaxTransfer. It is reported as the MAXIMUM TRANSFER
+	// LENGTH of the block limits VPD page unless the LU config sets one.
+	MaxTransfer int
+	// Workers is the number of goroutines per connection that run
+	// commands (backstore I/O may block); default DefaultWorkers.
+	Workers int
+	// PortalGroupTag is the TPGT reported in logins and SendTargets;
+	// default 1.
+	PortalGroupTag uint16
+	// DiscoveryCHAP, if set, is the CHAP identity discovery sessions must
+	// authenticate with; DiscoveryMutualCHAP the one the target answers a
+	// mutual challenge with.
+	DiscoveryCHAP       *iser.CHAPSecret
+	DiscoveryMutualCHAP *iser.CHAPSecret
+	// Settings, if set, replace iser.DefaultSettings for iSCSI/TCP
+	// connections (what the target accepts in negotiation).
+	Settings *iser.Settings
+	// NoSendWithInvalidate keeps the target from using Send with
+	// Invalidate on iSER even when the initiator allows it.
+	NoSendWithInvalidate bool
+	// NoInline runs every command on a worker, even on RAM and null disks,
+	// which otherwise run on the connection's receive loop.
+	NoInline bool
+	// LoginTimeout bounds the login phase of a connection; default
+	// DefaultLoginTimeout.
+	LoginTimeout time.Duration
+}
+
+// TargetConfig is one iSCSI target: its name, LUNs and access control.
+type TargetConfig struct {
+	// Name is the target's iSCSI name (iqn. or eui. form).
+	Name string
+	// Alias is the TargetAlias declared at login (optional).
+	Alias string
+	// LUNs are the logical units.
+	LUNs []LUNConfig
+	// AllowedInitiators are the initiator names allowed to log in; empty
+	// allows any initiator.
+	AllowedInitiators []string
+	// CHAP, if set, requires initiators to authenticate with CHAP as this
+	// user and secret. MutualCHAP is the identity the target answers a
+	// mutual challenge with.
+	CHAP       *iser.CHAPSecret
+	MutualCHAP *iser.CHAPSecret
+}
+
+// LUNConfig is one logical unit of a target.
+type LUNConfig struct {
+	// LUN is the logical unit number (0-16383).
+	LUN uint64
+	// Disk backs the LU. The caller keeps ownership and closes it after
+	// the Target is closed.
+	Disk backstore.Disk
+	// LU is the SCSI identity and limits (scsi.LUConfig); the zero value
+	// is fine.
+	LU scsi.LUConfig
+}
+
+// node is one exported iSCSI target.
+type node struct {
+	cfg  TargetConfig
+	scsi *scsi.Target
+	// inline marks LUNs whose disk never blocks (RAM, null): their
+	// commands run on the connection's receive loop.
+	inline map[uint64]bool
+}
+
+func (n *node) allowed(initiator string) bool {
+	return len(n.cfg.AllowedInitiators) == 0 || slices.Contains(n.cfg.AllowedInitiators, initiator)
+}
+
+// Target is an iSCSI target portal that serves iSCSI over TCP and iSER on
+// the same listener. Create it with New, then Serve listeners. Its methods
+// are safe for concurrent use.
+type Target struct {
+	cfg      Config
+	log      *slog.Logger
+	nodes    map[string]*node
+	order    []string
+	tcpLogin iser.TargetConfig
+	rdmLogin iser.TargetConfig
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	nextTSIH uint16
+	sessions map[uint16]*session
+	conns    map[io.Closer]bool
+	lns      map[net.Listener]bool
+	closed   bool
+}
+
+// New checks cfg, creates the SCSI targets and logical units, and returns a
+// Target that serves nothing yet.
+func New(cfg Config) (*Target, error) {
+	if cfg.QueueDepth == 0 {
+		cfg.QueueDepth = DefaultQueueDepth
+	}
+	if cfg.QueueDepth < 1 || cfg.QueueDepth > 1024 {
+		return nil, fmt.Errorf("iscsi target: queue depth %d outside 1..1024", cfg.QueueDepth)
+	}
+	if cfg.MaxTransfer == 0 {
+		cfg.MaxTransfer = DefaultMaxTransfer
+	}
+	if cfg.MaxTransfer < 4096 || cfg.MaxTransfer > 16<<20 {
+		return nil, fmt.Errorf("iscsi target: max transfer %d outside 4 KiB..16 MiB", cfg.MaxTransfer)
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	if cfg.Workers < 1 || cfg.Workers > 256 {
+		return nil, fmt.Errorf("iscsi target: %d workers outside 1..256", cfg.Workers)
+	}
+	if cfg.PortalGroupTag == 0 {
+		cfg.PortalGroupTag = DefaultPortalGroupTag
+	}
+	if cfg.LoginTimeout == 0 {
+		cfg.LoginTimeout = DefaultLoginTimeout
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t := &Target{cfg: cfg, log: log, nodes: map[string]*node{}, sessions: map[uint16]*session{},
+		conns: map[io.Closer]bool{}, lns: map[net.Listener]bool{}, nextTSIH: 1}
+	for _, tc := range cfg.Targets {
+		if err := checkName(tc.Name); err != nil {
+			return nil, err
+		}
+		if _, dup := t.nodes[tc.Name]; dup {
+			return nil, fmt.Errorf("iscsi target: target %s configured twice", tc.Name)
+		}
+		n := &node{cfg: tc, scsi: scsi.NewTarget(scsi.TargetConfig{Name: tc.Name}), inline: map[uint64]bool{}}
+		for _, l := range tc.LUNs {
+			lc := l.LU
+			if lc.MaxTransferBlocks == 0 && l.Disk != nil {
+				lc.MaxTransferBlocks = uint32(cfg.MaxTransfer / l.Disk.BlockSize())
+			}
+			if lc.MaxWriteSameBlocks == 0 {
+				// As LIO: libiscsi and Linux then split long WRITE
+				// SAMEs, and nothing writes 32 MiB in one command.
+				lc.MaxWriteSameBlocks = 0xffff
+			}
+			if lc.Name == "" {
+				lc.Name = fmt.Sprintf("%s/%d", tc.Name, l.LUN)
+			}
+			lu, err := scsi.NewLU(l.Disk, lc)
+			if err != nil {
+				return nil, fmt.Errorf("iscsi target %s LUN %d: %w", tc.Name, l.LUN, err)
+			}
+			if err := n.scsi.Map(l.LUN, lu); err != nil {
+				return nil, fmt.Errorf("iscsi target %s LUN %d: %w", tc.Name, l.LUN, err)
+			}
+			switch l.Disk.(type) {
+			case *backstore.Mem, *backstore.Null:
+				n.inline[l.LUN] = !cfg.NoInline
+			}
+		}
+		t.nodes[tc.Name] = n
+		t.order = append(t.order, tc.Name)
+	}
+	set := iser.DefaultSettings()
+	if cfg.Settings != nil {
+		set = *cfg.Settings
+	}
+	t.tcpLogin = iser.TargetConfig{Transport: iser.TransportTCP, Settings: set, Resolve: t.resolve, QueueDepth: uint32(cfg.QueueDepth)}
+	if err := t.tcpLogin.Validate(); err != nil {
+		return nil, fmt.Errorf("iscsi target: %w", err)
+	}
+	rs := iser.DefaultSettings()
+	// iSER: data moves by RDMA; unsolicited data is the immediate data
+	// only, which must fit the receive buffers.
+	rs.InitialR2T = true
+	rs.TargetRecvDataSegmentLength = iserRecvData
+	rs.MaxBurstLength = uint32(min(cfg.MaxTransfer, iser.MaxDataSegmentLength))
+	rs.FirstBurstLength = min(rs.FirstBurstLength, rs.MaxBurstLength)
+	t.rdmLogin = iser.TargetConfig{Transport: iser.TransportISER, Settings: rs, Resolve: t.resolve, QueueDepth: uint32(cfg.QueueDepth)}
+	if err := t.rdmLogin.Validate(); err != nil {
+		return nil, fmt.Errorf("iscsi target: %w", err)
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	return t, nil
+}
+
+// checkName accepts iqn., eui. and naa. names of printable ASCII.
+func checkName(name string) error {
+	if name == "" || len(name) > 223 {
+		return fmt.Errorf("iscsi target: target name %q: want 1 to 223 bytes", name)
+	}
+	for _, r := range name {
+		if r <= ' ' || r > '~' || r == '/' {
+			return fmt.Errorf("iscsi target: target name %q: no spaces, '/' or non-ASCII characters", name)
+		}
+	}
+	if !strings.HasPrefix(name, "iqn.") && !strings.HasPrefix(name, "eui.") && !strings.HasPrefix(name, "naa.") {
+		return fmt.Errorf("iscsi target: target name %q: want an iqn., eui. or naa. name", name)
+	}
+	return nil
+}
+
+// SCSITarget returns the SCSI target device of an iSCSI target, for
+// management (mapping LUNs at run time), or nil.
+func (t *Target) SCSITarget(name string) *scsi.Target {
+	if n := t.nodes[name]; n != nil {
+		return n.scsi
+	}
+	return nil
+}
+
+// TargetNames returns the names of the exported targets in configuration
+// order.
+func (t *Target) TargetNames() []string { return slices.Clone(t.order) }
+
+// resolve is the login engines' Resolve: target lookup and ACLs.
+func (t *Target) resolve(id iser.LoginIdentity) (iser.TargetInfo, error) {
+	if id.SessionType == iser.SessionDiscovery {
+		return iser.TargetInfo{CHAP: t.cfg.DiscoveryCHAP, MutualCHAP: t.cfg.DiscoveryMutualCHAP}, nil
+	}
+	n := t.nodes[id.TargetName]
+	if n == nil {
+		return iser.TargetInfo{}, iser.LoginNotFound
+	}
+	if !n.allowed(id.InitiatorName) {
+		return iser.TargetInfo{}, fmt.Errorf("initiator %s is not in the ACL: %w", id.InitiatorName, iser.LoginForbidden)
+	}
+	return iser.TargetInfo{Name: n.cfg.Name, Alias: n.cfg.Alias, PortalGroupTag: t.cfg.PortalGroupTag,
+		CHAP: n.cfg.CHAP, MutualCHAP: n.cfg.MutualCHAP}, nil
+}
+
+// sendTargets answers a SendTargets query for an initiator that reached
+// the portal at local.
+func (t *Target) sendTargets(initiator string, local net.Addr, query string) []iser.TargetRecord {
+	var addr string
+	if ta, ok := local.(*net.TCPAddr); ok {
+		if ap, ok := netip.AddrFromSlice(ta.IP); ok {
+			addr = iser.FormatTargetAddress(netip.AddrPortFrom(ap.Unmap(), uint16(ta.Port)), t.cfg.PortalGroupTag)
+		}
+	}
+	var recs []iser.TargetRecord
+	for _, name := range t.order {
+		n := t.nodes[name]
+		if !n.allowed(initiator) || (query != "All" && query != name) {
+			continue
+		}
+		r := iser.TargetRecord{Name: name}
+		if addr != "" {
+			r.Addresses = []string{addr}
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+// ListenAndServe listens on addr ("host:port"; port 3260 when omitted) and
+// serves it until ctx is done or the Target is closed.
+func (t *Target) ListenAndServe(ctx context.Context, addr string) error {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		addr = net.JoinHostPort(addr, fmt.Sprint(DefaultPort))
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("iscsi target: %w", err)
+	}
+	return t.Serve(ctx, ln)
+}
+
+// Serve accepts connections on ln until ctx is done, ln fails or the
+// Target is closed, and serves each: iSCSI over TCP, or iSER when its first
+// bytes are an MPA request and Config.Provider is set. Serve closes ln when
+// it returns; it returns nil after ctx ended or Close.
+func (t *Target) Serve(ctx context.Context, ln net.Listener) error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	t.lns[ln] = true
+	t.wg.Add(1)
+	t.mu.Unlock()
+	defer t.wg.Done()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	defer func() {
+		t.mu.Lock()
+		delete(t.lns, ln)
+		t.mu.Unlock()
+		ln.Close()
+	}()
+	t.log.Info("iscsi: portal listening", "addr", ln.Addr())
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || t.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			return fmt.Errorf("iscsi target: accept: %w", err)
+		}
+		if !t.track(c) {
+			c.Close()
+			return nil
+		}
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			defer t.untrack(c)
+			t.serveConn(c)
+		}()
+	}
+}
+
+func (t *Target) track(c io.Closer) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.conns[c] = true
+	return true
+}
+
+func (t *Target) untrack(c io.Closer) {
+	t.mu.Lock()
+	delete(t.conns, c)
+	t.mu.Unlock()
+}
+
+// serveConn tells iSER from iSCSI/TCP by the first bytes.
+func (t *Target) serveConn(c net.Conn) {
+	defer c.Close()
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	br := bufio.NewReaderSize(c, 64<<10)
+	c.SetReadDeadline(time.Now().Add(t.cfg.LoginTimeout))
+	first, err := br.Peek(len(mpaKey))
+	if err != nil {
+		t.log.Debug("iscsi: connection closed before its first PDU", "peer", c.RemoteAddr(), "err", err)
+		return
+	}
+	if string(first) == mpaKey {
+		if t.cfg.Provider == nil {
+			t.log.Info("iscsi: MPA request on a portal without an RDMA provider; closing", "peer", c.RemoteAddr())
+			return
+		}
+		rest, _ := br.Peek(br.Buffered())
+		rest = slices.Clone(rest)
+		c.SetReadDeadline(time.Time{})
+		req, err := t.cfg.Provider.ServeConn(t.ctx, c, rest)
+		if err != nil {
+			t.log.Info("iscsi: MPA handshake failed", "peer", c.RemoteAddr(), "err", err)
+			return
+		}
+		t.serveISER(req)
+		return
+	}
+	t.serveTCP(c, br)
+}
+
+// newTSIH allocates a TSIH for a login (not yet a session).
+func (t *Target) newTSIH() uint16 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for {
+		v := t.nextTSIH
+		t.nextTSIH++
+		if t.nextTSIH == 0 {
+			t.nextTSIH = 1
+		}
+		if _, used := t.sessions[v]; !used && v != 0 {
+			t.sessions[v] = nil // reserved until the login ends
+			return v
+		}
+	}
+}
+
+func (t *Target) releaseTSIH(v uint16) {
+	t.mu.Lock()
+	if t.sessions[v] == nil {
+		delete(t.sessions, v)
+	}
+	t.mu.Unlock()
+}
+
+// Close stops every listener, drops every connection (after an
+// Asynchronous Message announcing it) and waits for them to end. The disks
+// stay open: they belong to the caller.
+func (t *Target) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	lns := make([]net.Listener, 0, len(t.lns))
+	for ln := range t.lns {
+		lns = append(lns, ln)
+	}
+	sess := make([]*session, 0, len(t.sessions))
+	for _, s := range t.sessions {
+		if s != nil {
+			sess = append(sess, s)
+		}
+	}
+	conns := make([]io.Closer, 0, len(t.conns))
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+	for _, ln := range lns {
+		ln.Close()
+	}
+	for _, s := range sess {
+		s.announceDrop()
+	}
+	if len(sess) > 0 {
+		time.Sleep(50 * time.Millisecond) // let the announcements go out
+	}
+	t.cancel()
+	for _, c := range conns {
+		c.Close()
+	}
+	t.wg.Wait()
+	return nil
+}

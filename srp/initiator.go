@@ -1,0 +1,869 @@
+package srp
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/rdisk/rdisk/blockdev"
+	"github.com/rdisk/rdisk/rdma"
+	"github.com/rdisk/rdisk/scsi"
+)
+
+// DescriptorPolicy selects how the initiator describes data buffers.
+type DescriptorPolicy uint8
+
+// Descriptor policies. PolicyAuto is what Linux ib_srp does on a device
+// with fast registration; the others force one format, for tests and for
+// probing targets.
+const (
+	// PolicyAuto sends writes that fit as immediate data when the target
+	// accepted it, and a direct descriptor otherwise.
+	PolicyAuto DescriptorPolicy = iota
+	// PolicyDirect always uses a direct descriptor.
+	PolicyDirect
+	// PolicyIndirect uses an indirect descriptor whose whole table is in
+	// the IU (the buffer split in IndirectPieces descriptors).
+	PolicyIndirect
+	// PolicyExternal uses an indirect descriptor with only part of the
+	// table in the IU: the target must fetch the table with RDMA Read.
+	PolicyExternal
+)
+
+// String names the policy.
+func (p DescriptorPolicy) String() string {
+	switch p {
+	case PolicyAuto:
+		return "auto"
+	case PolicyDirect:
+		return "direct"
+	case PolicyIndirect:
+		return "indirect"
+	case PolicyExternal:
+		return "external"
+	}
+	return fmt.Sprintf("policy(%d)", uint8(p))
+}
+
+// Initiator defaults.
+const (
+	DefaultInitiatorQueueDepth = 64
+	DefaultInitiatorMaxIULen   = 68 + 8192 // Linux ib_srp's, with immediate data
+	// ImmDataOffset is where the initiator puts immediate data: after a
+	// 48-byte SRP_CMD, 16 bytes of additional CDB and the 4-byte
+	// descriptor, as Linux ib_srp (SRP_IMM_DATA_OFFSET).
+	ImmDataOffset              = 68
+	DefaultInitiatorMaxXfer    = 512 << 10
+	DefaultIndirectPieces      = 4
+	DefaultConnectTimeout      = 10 * time.Second
+	DefaultCommandTimeout      = 30 * time.Second
+	maxInitiatorIndirectPieces = 32
+)
+
+// InitiatorConfig tunes an initiator session. Zero fields take defaults.
+type InitiatorConfig struct {
+	// Logger receives session events; nil discards them.
+	Logger *slog.Logger
+	// InitiatorPortID identifies this initiator port; zero means
+	// DefaultInitiatorPortID().
+	InitiatorPortID PortID
+	// Channels is the number of RDMA channels (default 1). The first logs
+	// in with MULTI-CHANNEL ACTION 0, the others with 1, as ib_srp's
+	// ch_count does.
+	Channels int
+	// QueueDepth bounds the commands in flight per channel (default 64);
+	// the target's credits bound it further (one is kept for task
+	// management).
+	QueueDepth int
+	// MaxITIULen is the initiator-to-target IU length asked at login.
+	MaxITIULen int
+	// NoImmediateData does not ask for immediate data.
+	NoImmediateData bool
+	// MaxTransfer bounds one data transfer (default 512 KiB; the LU's
+	// block limits may lower it).
+	MaxTransfer int
+	// Policy chooses the descriptor format; IndirectPieces is the number
+	// of descriptors of indirect buffers (default 4, at most 32).
+	Policy         DescriptorPolicy
+	IndirectPieces int
+	// RDMAReadDepth is the IRD offered at login: the target's RDMA Reads
+	// of data-out in flight (default 16; Linux ib_srp offers 4).
+	RDMAReadDepth int
+	// ConnectTimeout bounds each channel's login; CommandTimeout fails a
+	// channel whose command got no response for that long.
+	ConnectTimeout time.Duration
+	CommandTimeout time.Duration
+	// OnAER is called with the LUN and sense data of every SRP_AER_REQ,
+	// on a completion goroutine; it must be quick.
+	OnAER func(lun uint64, sense []byte)
+}
+
+func (c *InitiatorConfig) setDefaults() error {
+	if c.InitiatorPortID == (PortID{}) {
+		c.InitiatorPortID = DefaultInitiatorPortID()
+	}
+	if c.Channels == 0 {
+		c.Channels = 1
+	}
+	if c.QueueDepth == 0 {
+		c.QueueDepth = DefaultInitiatorQueueDepth
+	}
+	if c.MaxITIULen == 0 {
+		c.MaxITIULen = DefaultInitiatorMaxIULen
+	}
+	if c.MaxTransfer == 0 {
+		c.MaxTransfer = DefaultInitiatorMaxXfer
+	}
+	if c.RDMAReadDepth == 0 {
+		c.RDMAReadDepth = DefaultRDMAReadDepth
+	}
+	if c.IndirectPieces == 0 {
+		c.IndirectPieces = DefaultIndirectPieces
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.CommandTimeout == 0 {
+		c.CommandTimeout = DefaultCommandTimeout
+	}
+	switch {
+	case c.Channels < 1 || c.Channels > 64:
+		return fmt.Errorf("srp: %d channels: want 1 to 64", c.Channels)
+	case c.QueueDepth < 1 || c.QueueDepth > 4096:
+		return fmt.Errorf("srp: queue depth %d: want 1 to 4096", c.QueueDepth)
+	case c.MaxITIULen < MinITIULen:
+		return fmt.Errorf("srp: IU length %d: want at least %d", c.MaxITIULen, MinITIULen)
+	case c.MaxTransfer < 512 || c.MaxTransfer > 64<<20:
+		return fmt.Errorf("srp: maximum transfer %d: want 512 bytes to 64 MiB", c.MaxTransfer)
+	case c.IndirectPieces < 1 || c.IndirectPieces > maxInitiatorIndirectPieces:
+		return fmt.Errorf("srp: %d indirect pieces: want 1 to %d", c.IndirectPieces, maxInitiatorIndirectPieces)
+	}
+	return nil
+}
+
+// DefaultInitiatorPortID returns initiator_ext 0 and a GUID hashed from
+// the host name, stable across runs on one host.
+func DefaultInitiatorPortID() PortID {
+	h := fnv.New64a()
+	name, _ := os.Hostname()
+	io.WriteString(h, "rdisk-srp-initiator/"+name)
+	return MakePortID(0, h.Sum64())
+}
+
+// LoginError is a login the target refused with SRP_LOGIN_REJ.
+type LoginError struct {
+	Addr    string
+	Channel int
+	Reason  RejectReason
+	// BufFmt is the set of buffer formats the target says it supports.
+	BufFmt uint16
+}
+
+// Error describes the reject.
+func (e *LoginError) Error() string {
+	return fmt.Sprintf("srp: target %s rejected the login of channel %d: %s", e.Addr, e.Channel, e.Reason)
+}
+
+// Unwrap returns the reason, so errors.Is(err, RejITIULenTooLarge) works.
+func (e *LoginError) Unwrap() error { return e.Reason }
+
+// SCSIError is a command that completed with a status other than GOOD.
+// It matches the blockdev sentinel of its class with errors.Is.
+type SCSIError struct {
+	Command string
+	Status  scsi.Status
+	// Sense is the sense data (CHECK CONDITION), and Parsed its decoding.
+	Sense  []byte
+	Parsed scsi.Sense
+}
+
+func newSCSIError(name string, st scsi.Status, sense []byte) *SCSIError {
+	e := &SCSIError{Command: name, Status: st, Sense: append([]byte(nil), sense...)}
+	e.Parsed, _ = scsi.ParseSense(e.Sense)
+	return e
+}
+
+// Error gives the status and, for CHECK CONDITION, the sense key and
+// additional sense code.
+func (e *SCSIError) Error() string {
+	if e.Status == scsi.StatusCheckCondition {
+		return fmt.Sprintf("srp: %s: %s, %s %s", e.Command, e.Status, e.Parsed.Key, e.Parsed.ASC)
+	}
+	return fmt.Sprintf("srp: %s: %s", e.Command, e.Status)
+}
+
+// Is maps the status and sense key to the blockdev sentinels.
+func (e *SCSIError) Is(target error) bool {
+	k, asc := e.Parsed.Key, e.Parsed.ASC
+	cc := e.Status == scsi.StatusCheckCondition
+	switch target {
+	case blockdev.ErrRange:
+		return cc && k == scsi.KeyIllegalRequest && asc == scsi.ASCLBAOutOfRange
+	case blockdev.ErrReadOnly:
+		return cc && k == scsi.KeyDataProtect
+	case blockdev.ErrUnsupported:
+		return cc && k == scsi.KeyIllegalRequest && asc == scsi.ASCInvalidCommandOpcode
+	case blockdev.ErrIO:
+		return !cc || k == scsi.KeyMediumError || k == scsi.KeyHardwareError || k == scsi.KeyAbortedCommand || k == scsi.KeyNotReady
+	}
+	return false
+}
+
+// Session is an initiator's login to an SRP target port: one or more RDMA
+// channels (one I_T nexus). Its methods are safe for concurrent use.
+type Session struct {
+	cfg    InitiatorConfig
+	log    *slog.Logger
+	prov   rdma.Provider
+	addr   string
+	target PortID
+	pd     rdma.PD
+	chans  []*ichannel
+	login  LoginRspFields
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+	watchStop chan struct{}
+	watchDone chan struct{}
+}
+
+// Login logs in to the target port target at addr ("host:port") with
+// cfg.Channels channels. Linux's own target (ib_srpt) and rdisk's accept
+// this login over RDMA/CM (iWARP, RoCE).
+func Login(ctx context.Context, p rdma.Provider, addr string, target PortID, cfg InitiatorConfig) (*Session, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s := &Session{cfg: cfg, log: log, prov: p, addr: addr, target: target, watchStop: make(chan struct{}), watchDone: make(chan struct{})}
+	var err error
+	if s.pd, err = p.AllocPD(); err != nil {
+		return nil, fmt.Errorf("srp: allocating a PD: %w", err)
+	}
+	for i := 0; i < cfg.Channels; i++ {
+		ch, err := s.connect(ctx, i)
+		if err != nil {
+			if i > 0 {
+				// As ib_srp: keep the channels that logged in.
+				log.Info("srp: fewer channels than asked", "connected", i, "err", err)
+				break
+			}
+			s.pd.Close()
+			return nil, err
+		}
+		s.chans = append(s.chans, ch)
+	}
+	go s.watchdog()
+	return s, nil
+}
+
+// connect logs in channel i.
+func (s *Session) connect(ctx context.Context, i int) (*ichannel, error) {
+	cfg := &s.cfg
+	ch := &ichannel{s: s, idx: i, wake: make(chan struct{}, 1), dead: make(chan struct{}), exited: make(chan struct{}),
+		logoutWR: make(chan struct{}, 1), wcs: make([]rdma.WC, 64)}
+	ch.ctx, ch.cancel = context.WithCancel(context.Background())
+	fail := func(err error) (*ichannel, error) {
+		ch.fail(blockdev.ErrClosed)
+		ch.releaseResources()
+		return nil, err
+	}
+	maxSlots := cfg.QueueDepth
+	nrx := maxSlots + 3 // command responses, the task management response, a target request
+	var err error
+	if ch.cq, err = s.prov.CreateCQ(2*maxSlots + nrx + 8); err != nil {
+		return fail(fmt.Errorf("srp: creating a CQ: %w", err))
+	}
+	if ch.qp, err = s.pd.CreateQP(rdma.QPConfig{SendCQ: ch.cq, RecvCQ: ch.cq, MaxSendWR: 2*maxSlots + 8, MaxRecvWR: nrx,
+		MaxSendSGE: 2, MaxRecvSGE: 1, Context: ch}); err != nil {
+		return fail(fmt.Errorf("srp: creating a QP: %w", err))
+	}
+	lf := LoginReqFields{
+		Tag: uint64(i), ReqITIULen: uint32(cfg.MaxITIULen), ReqBufFmt: BufFmtDirect,
+		InitiatorPortID: cfg.InitiatorPortID, TargetPortID: s.target,
+	}
+	if cfg.Policy == PolicyIndirect || cfg.Policy == PolicyExternal {
+		lf.ReqBufFmt |= BufFmtIndirect
+	}
+	if i > 0 {
+		lf.ReqFlags = MultiChanMulti
+	}
+	if !cfg.NoImmediateData && cfg.MaxITIULen > ImmDataOffset {
+		lf.ReqFlags |= ImmedRequested
+		lf.ImmDataOffset = ImmDataOffset
+	}
+	pd := make([]byte, LoginReqRDMASize)
+	LoginReqRDMA(pd).Encode(&lf)
+	cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	reply, err := ch.qp.Connect(cctx, s.addr, rdma.ConnParam{PrivateData: pd, ResponderResources: cfg.RDMAReadDepth})
+	cancel()
+	if err != nil {
+		var rej *rdma.RejectError
+		if errors.As(err, &rej) {
+			if f, perr := ParseLoginRej(rej.PrivateData); perr == nil {
+				return fail(&LoginError{Addr: s.addr, Channel: i, Reason: f.Reason, BufFmt: f.BufFmt})
+			}
+		}
+		return fail(fmt.Errorf("srp: login of channel %d to %s: %w", i, s.addr, err))
+	}
+	rsp, err := ParseLoginRsp(reply)
+	if err != nil {
+		return fail(fmt.Errorf("srp: login of channel %d to %s: bad SRP_LOGIN_RSP: %w", i, s.addr, err))
+	}
+	if i == 0 {
+		s.login = rsp
+	}
+	switch {
+	case rsp.ReqLimDelta < 2:
+		return fail(fmt.Errorf("srp: target %s granted %d credits; need 2", s.addr, rsp.ReqLimDelta))
+	case rsp.MaxTIIULen < RspSize || rsp.MaxTIIULen > 1<<20:
+		return fail(fmt.Errorf("srp: target %s: max_ti_iu_len %d", s.addr, rsp.MaxTIIULen))
+	case rsp.MaxITIULen < CmdSize+DirectDescSize:
+		return fail(fmt.Errorf("srp: target %s: max_it_iu_len %d is too small for a command", s.addr, rsp.MaxITIULen))
+	case cfg.Policy != PolicyAuto && cfg.Policy != PolicyDirect && rsp.BufFmt&BufFmtIndirect == 0:
+		return fail(fmt.Errorf("srp: target %s does not support indirect descriptors", s.addr))
+	}
+	ch.reqLim = rsp.ReqLimDelta
+	ch.depth = min(maxSlots, int(rsp.ReqLimDelta)-1)
+	itLen := min(cfg.MaxITIULen, int(rsp.MaxITIULen))
+	if rsp.Flags&LoginRspImmedSupp != 0 && lf.ReqFlags&ImmedRequested != 0 && itLen > ImmDataOffset {
+		ch.immOff = ImmDataOffset
+		ch.maxImm = itLen - ImmDataOffset
+	}
+	ch.tiLen = int(rsp.MaxTIIULen)
+	if err := ch.allocate(nrx, itLen); err != nil {
+		return fail(err)
+	}
+	for j := 0; j < ch.nrx; j++ {
+		if err := ch.postRecv(j); err != nil {
+			return fail(fmt.Errorf("srp: posting receives: %w", err))
+		}
+	}
+	ch.started = true
+	go ch.run()
+	s.log.Debug("srp: channel logged in", "channel", i, "addr", s.addr, "credits", rsp.ReqLimDelta, "depth", ch.depth,
+		"max_it_iu_len", rsp.MaxITIULen, "max_ti_iu_len", rsp.MaxTIIULen, "immediate", ch.immOff != 0, "flags", rsp.Flags)
+	return ch, nil
+}
+
+// allocate registers the channel's buffers after login.
+func (ch *ichannel) allocate(nrx, itLen int) error {
+	s := ch.s
+	cfg := &s.cfg
+	pieces := cfg.IndirectPieces
+	ch.iuStride = (max(CmdSize+16+IndirectHdrSize+pieces*DirectDescSize, ImmDataOffset) + 63) &^ 63
+	if ch.iuStride > itLen && cfg.Policy != PolicyAuto && cfg.Policy != PolicyDirect {
+		return fmt.Errorf("srp: %d indirect descriptors do not fit in the %d-byte IU", pieces, itLen)
+	}
+	ch.iuBuf = alignedBuffer(ch.depth * ch.iuStride)
+	var err error
+	if ch.iuMR, err = s.pd.RegisterMemory(ch.iuBuf, rdma.AccessLocalWrite); err != nil {
+		return fmt.Errorf("srp: registering IU buffers: %w", err)
+	}
+	remoteStride := (max(pieces*DirectDescSize, 24) + 63) &^ 63
+	ch.remote = alignedBuffer(ch.depth * remoteStride)
+	if ch.remoteMR, err = s.pd.RegisterMemory(ch.remote, rdma.AccessRemoteRead); err != nil {
+		return fmt.Errorf("srp: registering descriptor tables: %w", err)
+	}
+	ch.rxLen = (ch.tiLen + 63) &^ 63
+	ch.nrx = nrx
+	ch.rxBuf = alignedBuffer(nrx * ch.rxLen)
+	if ch.rxMR, err = s.pd.RegisterMemory(ch.rxBuf, rdma.AccessLocalWrite); err != nil {
+		return fmt.Errorf("srp: registering receive buffers: %w", err)
+	}
+	ch.irsp = make([]byte, 2*CredRspSize+ILogoutSize+TskMgmtSize)
+	if ch.irspMR, err = s.pd.RegisterMemory(ch.irsp, rdma.AccessLocalWrite); err != nil {
+		return fmt.Errorf("srp: registering response buffers: %w", err)
+	}
+	ch.slots = make([]islot, ch.depth)
+	ch.freeSlots = make([]int, 0, ch.depth)
+	for i := range ch.slots {
+		sl := &ch.slots[i]
+		sl.ch, sl.idx = ch, i
+		sl.iu = ch.iuBuf[i*ch.iuStride : (i+1)*ch.iuStride]
+		sl.tableOf = i * remoteStride
+		sl.table = ch.remote[sl.tableOf : sl.tableOf+remoteStride]
+		sl.done = make(chan struct{}, 1)
+		if sl.fmr, err = s.pd.AllocFastRegMR(cfg.MaxTransfer); err != nil {
+			return fmt.Errorf("srp: allocating fast-registration keys: %w", err)
+		}
+		ch.freeSlots = append(ch.freeSlots, ch.depth-1-i)
+	}
+	ch.tmf = islot{ch: ch, idx: -1, kind: kindSync, done: make(chan struct{}, 1)}
+	ch.tmf.iu = ch.irsp[2*CredRspSize+ILogoutSize:]
+	return nil
+}
+
+// alignedBuffer returns n zeroed bytes starting on a 4096-byte boundary.
+func alignedBuffer(n int) []byte {
+	const align = 4096
+	b := make([]byte, n+align)
+	off := int(uintptr(unsafe.Pointer(&b[0])) & (align - 1))
+	if off != 0 {
+		off = align - off
+	}
+	return b[off : off+n : off+n]
+}
+
+// watchdog fails channels whose commands went unanswered too long.
+func (s *Session) watchdog() {
+	defer close(s.watchDone)
+	d := s.cfg.CommandTimeout
+	t := time.NewTicker(min(d/4, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.watchStop:
+			return
+		case <-t.C:
+			now := time.Now().UnixNano()
+			for _, ch := range s.chans {
+				if sl := ch.overdue(now, d); sl != nil {
+					ch.fail(fmt.Errorf("srp: %s on channel %d: no response in %v", sl.name, ch.idx, d))
+				}
+			}
+		}
+	}
+}
+
+// Close logs every channel out (SRP_I_LOGOUT) and disconnects. Requests in
+// flight complete with an error matching blockdev.ErrClosed.
+func (s *Session) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		close(s.watchStop)
+		<-s.watchDone
+		var wg sync.WaitGroup
+		for _, ch := range s.chans {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ch.close()
+			}()
+		}
+		wg.Wait()
+		s.pd.Close()
+	})
+	return nil
+}
+
+// Channels returns the number of logged-in channels.
+func (s *Session) Channels() int { return len(s.chans) }
+
+// Depth returns the commands channel i keeps in flight at most.
+func (s *Session) Depth(i int) int { return s.chans[i].depth }
+
+// Credits returns channel i's current request limit.
+func (s *Session) Credits(i int) int { return s.chans[i].credits() }
+
+// LoginResponse returns the first channel's SRP_LOGIN_RSP.
+func (s *Session) LoginResponse() LoginRspFields { return s.login }
+
+// Immediate reports whether the target accepted immediate data.
+func (s *Session) Immediate() bool { return s.chans[0].immOff != 0 }
+
+// Events returns how many SRP_AER_REQ and SRP_CRED_REQ the session
+// received.
+func (s *Session) Events() (aer, credReq uint64) {
+	for _, ch := range s.chans {
+		aer += ch.aerCount.Load()
+		credReq += ch.credReqs.Load()
+	}
+	return aer, credReq
+}
+
+// Err returns why the session failed, or nil while every channel is up.
+func (s *Session) Err() error {
+	for _, ch := range s.chans {
+		select {
+		case <-ch.dead:
+			return ch.reqErr
+		default:
+		}
+	}
+	return nil
+}
+
+// buffer is registered memory handed out by AllocBuffer.
+type buffer struct {
+	s        *Session
+	mr       rdma.MR
+	b        []byte
+	released atomic.Bool
+}
+
+// Bytes implements blockdev.Buffer.
+func (b *buffer) Bytes() []byte { return b.b }
+
+// Release implements blockdev.Buffer.
+func (b *buffer) Release() error {
+	if b.released.Swap(true) {
+		return nil
+	}
+	return b.mr.Deregister()
+}
+
+// AllocBuffer returns size bytes of registered memory (4096-aligned) for
+// I/O on any channel of the session.
+func (s *Session) AllocBuffer(size int) (blockdev.Buffer, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("srp: buffer of %d bytes", size)
+	}
+	if s.closed.Load() {
+		return nil, blockdev.ErrClosed
+	}
+	b := alignedBuffer(size)
+	mr, err := s.pd.RegisterMemory(b, rdma.AccessLocalWrite)
+	if err != nil {
+		return nil, fmt.Errorf("srp: registering %d bytes: %w", size, err)
+	}
+	return &buffer{s: s, mr: mr, b: b}, nil
+}
+
+// xfer is a command's data buffer: n bytes at off in mr.
+type xfer struct {
+	dir scsi.Dir
+	mr  rdma.MR
+	off int
+	n   int
+	// param: the data is the slot's remote-readable parameter area.
+	param bool
+}
+
+// build writes the SRP_CMD for cdb into the slot and prepares its Send.
+func (ch *ichannel) build(sl *islot, lun uint64, cdb []byte, x xfer) error {
+	if len(cdb) > 16 {
+		return fmt.Errorf("srp: CDB of %d bytes", len(cdb))
+	}
+	sl.lun = lun
+	f := CmdFields{Tag: sl.tag, LUN: scsi.EncodeLUN(lun), TaskAttr: AttrSimple}
+	copy(f.CDB[:], cdb)
+	iu := sl.iu
+	n := CmdSize
+	sgl := sl.sge[:1]
+	cfg := &ch.s.cfg
+	var fmtOut DescFormat
+	switch {
+	case x.n == 0:
+	case x.param:
+		fmtOut = DescDirect
+		DirectDesc{VA: ch.remoteMR.VA() + uint64(sl.tableOf), Key: ch.remoteMR.RKey(), Len: uint32(x.n)}.Put(iu[CmdSize:])
+		n += DirectDescSize
+	case x.dir == scsi.DirOut && cfg.Policy == PolicyAuto && ch.immOff != 0 && x.n <= ch.maxImm:
+		fmtOut = DescImmediate
+		put32(iu[CmdSize:], uint32(x.n))
+		clear(iu[CmdSize+ImmediateHdrSize : ch.immOff])
+		n = ch.immOff
+		sl.sge[1] = rdma.SGE{MR: x.mr, Offset: x.off, Length: x.n}
+		sgl = sl.sge[:2]
+	default:
+		access := rdma.AccessRemoteRead
+		if x.dir == scsi.DirIn {
+			access = rdma.AccessLocalWrite | rdma.AccessRemoteWrite
+		}
+		rkey, va, err := sl.fmr.Map(x.mr, x.off, x.n, access)
+		if err != nil {
+			return fmt.Errorf("srp: mapping %d bytes: %w", x.n, err)
+		}
+		sl.mapped = true
+		switch cfg.Policy {
+		case PolicyIndirect, PolicyExternal:
+			k := min(cfg.IndirectPieces, x.n)
+			table := sl.table
+			inline := k
+			if cfg.Policy == PolicyExternal {
+				inline = k / 2
+				if k == 1 {
+					inline = 0
+				}
+			}
+			off := 0
+			for j := 0; j < k; j++ {
+				l := x.n / k
+				if j == k-1 {
+					l = x.n - off
+				}
+				DirectDesc{VA: va + uint64(off), Key: rkey, Len: uint32(l)}.Put(table[j*DirectDescSize:])
+				off += l
+			}
+			hdr := DirectDesc{VA: ch.remoteMR.VA() + uint64(sl.tableOf), Key: ch.remoteMR.RKey(), Len: uint32(k * DirectDescSize)}
+			PutIndirectHdr(iu[CmdSize:], hdr, uint32(x.n))
+			copy(iu[CmdSize+IndirectHdrSize:], table[:inline*DirectDescSize])
+			n += IndirectHdrSize + inline*DirectDescSize
+			fmtOut = DescIndirect
+			if x.dir == scsi.DirOut {
+				f.DataOutCount = uint8(inline)
+			} else {
+				f.DataInCount = uint8(inline)
+			}
+		default:
+			fmtOut = DescDirect
+			DirectDesc{VA: va, Key: rkey, Len: uint32(x.n)}.Put(iu[CmdSize:])
+			n += DirectDescSize
+		}
+	}
+	if x.dir == scsi.DirOut {
+		f.DataOutFmt = fmtOut
+	} else if x.dir == scsi.DirIn {
+		f.DataInFmt = fmtOut
+	}
+	Cmd(iu).Encode(&f)
+	sl.sge[0] = rdma.SGE{MR: ch.iuMR, Offset: sl.idx * ch.iuStride, Length: n}
+	sl.wr = rdma.SendWR{ID: uint64(sl.idx), Op: rdma.OpSend, Flags: rdma.Signaled, SGL: sgl}
+	return nil
+}
+
+// Command is a SCSI command for Session.Exec.
+type Command struct {
+	LUN uint64
+	// CDB is the command descriptor block (at most 16 bytes).
+	CDB []byte
+	// Dir and Data are the transfer: Data is plain memory, registered for
+	// the command's duration (len(Data) is the expected length).
+	Dir  scsi.Dir
+	Data []byte
+	// OnSend, if set, is called with the command's tag just before its IU
+	// is posted (to name it in ABORT TASK).
+	OnSend func(tag uint64)
+
+	// Results.
+	Status scsi.Status
+	Sense  []byte
+	// Flags are the SRP_RSP flags (residual over/underflow);
+	// Residual the residual count of the command's direction.
+	Flags    uint8
+	Residual uint32
+	Tag      uint64
+}
+
+// Exec runs c on channel ch (modulo the channel count) and waits for its
+// response. It returns an error for transport failures; the SCSI status is
+// in c.Status (a *SCSIError is also returned for statuses other than GOOD).
+// If ctx ends first, Exec returns ctx.Err() and the command completes in
+// the background.
+func (s *Session) Exec(ctx context.Context, chIdx int, c *Command) error {
+	if s.closed.Load() {
+		return blockdev.ErrClosed
+	}
+	ch := s.chans[uint(chIdx)%uint(len(s.chans))]
+	sl, err := ch.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	name := "command"
+	if len(c.CDB) > 0 {
+		name = fmt.Sprintf("command 0x%02x", c.CDB[0])
+	}
+	sl.kind, sl.name = kindSync, name
+	x := xfer{dir: c.Dir}
+	if len(c.Data) > 0 && c.Dir != scsi.DirNone {
+		if len(c.Data) > s.cfg.MaxTransfer {
+			ch.release(sl, true)
+			return fmt.Errorf("srp: %d bytes exceed the %d-byte transfer limit", len(c.Data), s.cfg.MaxTransfer)
+		}
+		if sl.tmp, err = s.pd.RegisterMemory(c.Data, rdma.AccessLocalWrite); err != nil {
+			ch.release(sl, true)
+			return fmt.Errorf("srp: registering %d bytes: %w", len(c.Data), err)
+		}
+		x.mr, x.n = sl.tmp, len(c.Data)
+	}
+	if err := ch.build(sl, c.LUN, c.CDB, x); err != nil {
+		ch.dropTmp(sl)
+		ch.release(sl, true)
+		return err
+	}
+	c.Tag = sl.tag
+	if c.OnSend != nil {
+		c.OnSend(sl.tag)
+	}
+	if err := ch.post(sl); err != nil {
+		ch.dropTmp(sl)
+		ch.release(sl, true)
+		return err
+	}
+	var cdone <-chan struct{}
+	if ctx != nil {
+		cdone = ctx.Done()
+	}
+	select {
+	case <-sl.done:
+	case <-cdone:
+		ch.mu.Lock()
+		if !sl.completed {
+			sl.orphan = true
+			ch.mu.Unlock()
+			return ctx.Err()
+		}
+		ch.mu.Unlock()
+		<-sl.done
+	}
+	ch.dropTmp(sl)
+	c.Status, c.Flags = scsi.Status(sl.status), sl.flags
+	c.Sense = append(c.Sense[:0], sl.sense[:sl.senseLen]...)
+	switch {
+	case c.Dir == scsi.DirIn:
+		c.Residual = sl.inResid
+	case c.Dir == scsi.DirOut:
+		c.Residual = sl.outResid
+	}
+	err = sl.result()
+	ch.release(sl, false)
+	return err
+}
+
+// TaskManagement sends a task management function on channel chIdx and
+// returns the target's response code. taskTag names the command for
+// TskAbortTask (Command.Tag). If ctx ends first the channel is failed: a
+// task management function cannot be left behind.
+func (s *Session) TaskManagement(ctx context.Context, chIdx int, fn TaskFunc, lun uint64, taskTag uint64) (TMRespCode, error) {
+	if s.closed.Load() {
+		return 0, blockdev.ErrClosed
+	}
+	ch := s.chans[uint(chIdx)%uint(len(s.chans))]
+	ch.tmfMu.Lock()
+	defer ch.tmfMu.Unlock()
+	if err := ch.acquireTMF(ctx); err != nil {
+		return 0, err
+	}
+	sl := &ch.tmf
+	ch.tmfSeq++
+	sl.tag = tagTMF | ch.tmfSeq
+	sl.name, sl.err, sl.completed, sl.orphan, sl.respCode = fn.String(), nil, false, false, -1
+	sl.state.Store(islotBusy)
+	EncodeTskMgmt(sl.iu, &TskMgmtFields{Tag: sl.tag, LUN: scsi.EncodeLUN(lun), Func: fn, TaskTag: taskTag})
+	sl.sge[0] = rdma.SGE{MR: ch.irspMR, Offset: 2*CredRspSize + ILogoutSize, Length: TskMgmtSize}
+	sl.wr = rdma.SendWR{ID: iwrTMF, Op: rdma.OpSend, Flags: rdma.Signaled, SGL: sl.sge[:1]}
+	sentAt := time.Now().UnixNano()
+	if err := ch.post(sl); err != nil {
+		ch.release(sl, true)
+		return 0, err
+	}
+	select {
+	case <-sl.done:
+	case <-ctx.Done():
+		ch.fail(fmt.Errorf("srp: %s on channel %d: %w", fn, ch.idx, ctx.Err()))
+		<-sl.done
+	}
+	code, err := TMRespCode(sl.respCode), sl.err
+	if sl.respCode < 0 && err == nil {
+		err = fmt.Errorf("srp: %s: response without response data", fn)
+	}
+	ch.release(sl, false)
+	if err == nil && code == TMComplete {
+		// The target aborted these commands silently: complete them here.
+		var match func(*islot) bool
+		switch fn {
+		case TskAbortTask:
+			match = func(x *islot) bool { return x.tag == taskTag }
+		case TskAbortTaskSet, TskClearTaskSet, TskLUNReset:
+			match = func(x *islot) bool { return x.lun == lun }
+		}
+		if match != nil {
+			for _, c := range s.chans {
+				c.abortLocal(match, sentAt)
+			}
+		}
+	}
+	return code, err
+}
+
+// ReportLUNs returns the LUN numbers the target reports (REPORT LUNS).
+func (s *Session) ReportLUNs(ctx context.Context) ([]uint64, error) {
+	alloc := 8 + 8*256
+	for {
+		data := make([]byte, alloc)
+		cdb := make([]byte, 12)
+		cdb[0] = scsi.OpReportLUNs
+		binary.BigEndian.PutUint32(cdb[6:], uint32(alloc))
+		c := &Command{CDB: cdb, Dir: scsi.DirIn, Data: data}
+		if err := s.execUA(ctx, c); err != nil {
+			return nil, err
+		}
+		n := int(binary.BigEndian.Uint32(data[0:4]))
+		if 8+n > alloc && alloc < 8+8*16384 {
+			alloc = 8 + n
+			continue
+		}
+		var luns []uint64
+		for p := 8; p+8 <= min(8+n, len(data)); p += 8 {
+			if l, err := scsi.DecodeLUN([8]byte(data[p : p+8])); err == nil {
+				luns = append(luns, l)
+			}
+		}
+		return luns, nil
+	}
+}
+
+// execUA runs a command on channel 0, repeating it after unit attentions.
+func (s *Session) execUA(ctx context.Context, c *Command) error {
+	var err error
+	for range 5 {
+		err = s.Exec(ctx, 0, c)
+		var se *SCSIError
+		if errors.As(err, &se) && se.Status == scsi.StatusCheckCondition && se.Parsed.Key == scsi.KeyUnitAttention {
+			continue
+		}
+		return err
+	}
+	return err
+}
+
+// Inquiry is the standard INQUIRY data of a logical unit.
+type Inquiry struct {
+	PeripheralQualifier uint8
+	DeviceType          uint8
+	Vendor              string
+	Product             string
+	Revision            string
+}
+
+// Inquiry returns the standard INQUIRY data of lun.
+func (s *Session) Inquiry(ctx context.Context, lun uint64) (Inquiry, error) {
+	data := make([]byte, 96)
+	c := &Command{LUN: lun, CDB: []byte{scsi.OpInquiry, 0, 0, 0, 96, 0}, Dir: scsi.DirIn, Data: data}
+	if err := s.execUA(ctx, c); err != nil {
+		return Inquiry{}, err
+	}
+	trim := func(b []byte) string { return strings.TrimRight(string(b), " \x00") }
+	return Inquiry{
+		PeripheralQualifier: data[0] >> 5, DeviceType: data[0] & 0x1f,
+		Vendor: trim(data[8:16]), Product: trim(data[16:32]), Revision: trim(data[32:36]),
+	}, nil
+}
+
+// Capacity is what READ CAPACITY(16) reports.
+type Capacity struct {
+	Blocks    uint64
+	BlockSize int
+	// Thin is LBPME: the LU supports UNMAP.
+	Thin bool
+}
+
+// ReadCapacity returns the capacity of lun (READ CAPACITY(16)).
+func (s *Session) ReadCapacity(ctx context.Context, lun uint64) (Capacity, error) {
+	data := make([]byte, 32)
+	cdb := make([]byte, 16)
+	cdb[0], cdb[1] = scsi.OpServiceActionIn16, scsi.SAReadCapacity16
+	binary.BigEndian.PutUint32(cdb[10:], 32)
+	c := &Command{LUN: lun, CDB: cdb, Dir: scsi.DirIn, Data: data}
+	if err := s.execUA(ctx, c); err != nil {
+		return Capacity{}, err
+	}
+	return Capacity{
+		Blocks: binary.BigEndian.Uint64(data[0:8]) + 1, BlockSize: int(binary.BigEndian.Uint32(data[8:12])),
+		Thin: data[14]&0x80 != 0,
+	}, nil
+}
