@@ -347,7 +347,14 @@ func execCompareAndWrite(lu *LU, c *Command, b cdb, it *itl) {
 		return
 	}
 	if nlb == 0 {
-		return // not an error (SBC-3 5.2)
+		// Not an error (SBC-3 5.2) — unless data-out comes with it: a
+		// wrapped block count (256 written as 0). Like Linux LIO
+		// (target_cmd_size_check), refuse data the CDB does not account
+		// for, pointing at NUMBER OF LOGICAL BLOCKS.
+		if c.ExpectedLength != 0 {
+			c.fail(invalidCDB(13, -1))
+		}
+		return
 	}
 	if !lu.checkWritable(c) {
 		return

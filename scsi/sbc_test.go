@@ -298,8 +298,11 @@ func TestCompareAndWrite(t *testing.T) {
 	// cannot express it, so check a smaller limit.
 	g := newFixture(t, nil, LUConfig{MaxCompareAndWriteBlocks: 4})
 	expectField(t, out(g.s1, caw(0, 5, 0), make([]byte, 10*testBS)), ASCInvalidFieldInCDB, 13)
-	// NUMBER OF LOGICAL BLOCKS 0 is not an error.
-	good(t, out(f.s1, caw(0, 0, flagDPO), make([]byte, testBS)))
+	// NUMBER OF LOGICAL BLOCKS 0 is not an error, but data-out with it (a
+	// block count of 256 wrapped to 0) is refused, as LIO does and
+	// libiscsi's CompareAndWrite tests expect.
+	good(t, out(f.s1, caw(0, 0, flagDPO), nil))
+	expectField(t, out(f.s1, caw(0, 0, flagDPO), make([]byte, 2*256*testBS)), ASCInvalidFieldInCDB, 13)
 	// The data-out length must be twice the blocks.
 	expect(t, out(f.s1, caw(0, 1, 0), make([]byte, 4*testBS)), KeyIllegalRequest, ASCInvalidFieldInCommandIU)
 	expect(t, out(f.s1, caw(0, 3, 0), make([]byte, 4*testBS)), KeyIllegalRequest, ASCInvalidFieldInCommandIU)

@@ -49,15 +49,7 @@ var families = []string{
 // knownFailures are failures caused outside the transport, tracked until
 // fixed; a test listed here that passes fails this test, so the list stays
 // honest.
-var knownFailures = map[string]string{
-	// The suite sends COMPARE AND WRITE with 256 blocks, which wraps to
-	// NUMBER OF LOGICAL BLOCKS 0 with a 256 KiB data-out, and expects
-	// ILLEGAL REQUEST / INVALID FIELD IN CDB; the SCSI core answers GOOD
-	// (scsi/sbc.go execCompareAndWrite returns before checking the
-	// expected length when nlb == 0).
-	"CompareAndWrite.Simple":     "scsi core: COMPARE AND WRITE with NUMBER OF LOGICAL BLOCKS 0 and data-out",
-	"CompareAndWrite.Miscompare": "scsi core: COMPARE AND WRITE with NUMBER OF LOGICAL BLOCKS 0 and data-out",
-}
+var knownFailures = map[string]string{}
 
 type result struct {
 	suite, test string
