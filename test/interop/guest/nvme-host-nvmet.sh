@@ -98,9 +98,9 @@ dmesg | grep -E 'nvmet' | tail -3
 # --- discover
 mark=$(dmesg | wc -l)
 echo; echo "=== discover: $RDISK discover $BASE ==="
-$RDISK discover $BASE > /tmp/disc.out 2> /tmp/disc.err; rc=$?
+$RDISK discover --timeout 30s $BASE > /tmp/disc.out 2> /tmp/disc.err; rc=$?
 cat /tmp/disc.out /tmp/disc.err
-$RDISK discover $BASE --json > /tmp/disc.json 2>> /tmp/disc.err; rcj=$?
+$RDISK discover --timeout 30s $BASE --json > /tmp/disc.json 2>> /tmp/disc.err; rcj=$?
 cat /tmp/disc.json
 n=$(sed -n 's/^Discovery Log Number of Records \([0-9]*\),.*/\1/p' /tmp/disc.out)
 if [ $rc = 0 ] && [ $rcj = 0 ] && grep -q "^subnqn:  $NQN\$" /tmp/disc.out && grep -q "^traddr:  $LAB_IP\$" /tmp/disc.out \
