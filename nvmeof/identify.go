@@ -396,7 +396,9 @@ func ParseIdentifyController(b []byte) (IdentifyController, error) {
 // Identify Controller before it uses a fabrics controller (host/core.c
 // nvme_init_identify and nvme_check_ctrl_fabric_info, host/rdma.c
 // nvme_rdma_setup_ctrl): CNTLID equal to the one Connect returned, KAS
-// non-zero unless discovery, IOCCSZ at least 4, IORCSZ at least 1, MAXCMD
+// non-zero unless discovery, IOCCSZ at least 4 and IORCSZ at least 1 unless
+// discovery (Linux nvmet before 6.x reports 0 for both on its discovery
+// controller, and the host skips them there), MAXCMD
 // non-zero, ICDOFF 0 and keyed SGL data blocks supported. A target runs it
 // on what it serves; a host on what it receives. The error is a
 // *FieldError for the first field that fails.
@@ -407,9 +409,9 @@ func (c *IdentifyController) CheckRDMAHost(cntlid uint16, discovery bool) error 
 		return fieldErr(s, "CNTLID", idcCNTLID, fmt.Errorf("%w: %d, Connect returned %d", errIdentifyHost, c.CNTLID, cntlid))
 	case !discovery && c.KAS == 0:
 		return fieldErr(s, "KAS", idcKAS, fmt.Errorf("%w: keep alive support is mandatory", errIdentifyHost))
-	case c.IOCCSZ < 4:
+	case !discovery && c.IOCCSZ < 4:
 		return fieldErr(s, "IOCCSZ", idcIOCCSZ, fmt.Errorf("%w: %d < 4", errIdentifyHost, c.IOCCSZ))
-	case c.IORCSZ < 1:
+	case !discovery && c.IORCSZ < 1:
 		return fieldErr(s, "IORCSZ", idcIORCSZ, fmt.Errorf("%w: %d < 1", errIdentifyHost, c.IORCSZ))
 	case c.MAXCMD == 0:
 		return fieldErr(s, "MAXCMD", idcMAXCMD, fmt.Errorf("%w: 0", errIdentifyHost))

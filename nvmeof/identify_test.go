@@ -312,7 +312,8 @@ func TestIdentifyControllerCheckRDMAHost(t *testing.T) {
 		{"MAXCMD", func(c *IdentifyController) { c.MAXCMD = 0 }, false},
 		{"ICDOFF", func(c *IdentifyController) { c.ICDOFF = 1 }, false},
 		{"SGLS", func(c *IdentifyController) { c.SGLS = SGLSByteAligned }, false},
-		{"", func(c *IdentifyController) { c.KAS = 0 }, true}, // discovery controllers may lack KAS
+		{"", func(c *IdentifyController) { c.KAS = 0 }, true},                 // discovery controllers may lack KAS
+		{"", func(c *IdentifyController) { c.IOCCSZ, c.IORCSZ = 0, 0 }, true}, // and capsule sizes (nvmet 6.1)
 	} {
 		c := testIdentifyController()
 		tt.mod(&c)
@@ -320,7 +321,7 @@ func TestIdentifyControllerCheckRDMAHost(t *testing.T) {
 		var fe *FieldError
 		if tt.field == "" {
 			if err != nil {
-				t.Errorf("discovery without KAS: %v", err)
+				t.Errorf("discovery controller: %v", err)
 			}
 		} else if !errors.As(err, &fe) || fe.Field != tt.field || !errors.Is(err, errIdentifyHost) {
 			t.Errorf("%s: %v", tt.field, err)

@@ -468,6 +468,9 @@ func TestDiscovery(t *testing.T) {
 	if err != nil || id.CNTRLTYPE != nvmeof.ControllerTypeDiscovery || id.SUBNQN != nvmeof.DiscoveryNQN {
 		t.Fatalf("discovery identify %+v %v", id, err)
 	}
+	if err := id.CheckRDMAHost(id.CNTLID, true); err != nil {
+		t.Fatalf("the Linux host would refuse this discovery controller: %v", err)
+	}
 	read := func() (nvmeof.DiscoveryLogHeader, []nvmeof.DiscoveryLogEntry) {
 		sqe := make(nvmeof.SQE, 64)
 		sqe.GetLogPage().Encode(&nvmeof.GetLogPageFields{LID: nvmeof.LogDiscovery, NUMD: nvmeof.NUMDForLength(4096)})
