@@ -479,6 +479,12 @@ func (ch *ichannel) onRecv(i, n int) bool {
 	if err == nil {
 		err = ch.postRecv(i)
 	}
+	if errors.Is(err, rdma.ErrQPState) {
+		// The connection already failed: keep draining the CQ, whose
+		// remaining completions (a target logout that arrived before
+		// the close, then the flushed ones) say why.
+		return true
+	}
 	if err != nil {
 		ch.fail(err)
 		return false
