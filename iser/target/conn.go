@@ -140,7 +140,13 @@ const extraSlots = 8
 
 func newConn(t *Target, ls iser.Session, x transport, log *slog.Logger) *conn {
 	depth := int(t.cfg.QueueDepth)
-	n := depth + extraSlots
+	// A slot is freed only once its response has been sent, but the
+	// response already opened the window for the next command, which can
+	// arrive first: up to a window of commands plus a window of responses
+	// still being sent can hold slots. With fewer, the receive loop could
+	// wait in getTask for a slot only its own send completions free.
+	// (Data buffers are allocated per slot on first use.)
+	n := 2 * (depth + extraSlots)
 	c := &conn{t: t, params: ls.Params, log: log, x: x, maxXfr: t.cfg.MaxTransfer,
 		tasks: make([]task, n), free: make([]*task, 0, n), byITT: make(map[uint32]*task, n),
 		held: map[uint32]*task{}, win: ls.CmdWindow, work: make(chan *task, n), done: make(chan struct{})}
