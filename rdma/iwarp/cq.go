@@ -15,7 +15,6 @@ type cq struct {
 	ring   []rdma.WC
 	head   int // next to poll
 	n      int // completions held
-	over   bool
 	closed bool
 	notify chan struct{}
 	done   chan struct{}
@@ -30,7 +29,7 @@ func (p *Provider) CreateCQ(size int) (rdma.CQ, error) {
 }
 
 // push adds a completion. The caller sized the CQ for every WR that can be
-// outstanding; an overrun is recorded and reported by Poll.
+// outstanding; a completion that finds it full is dropped.
 func (c *cq) push(wc *rdma.WC) {
 	c.mu.Lock()
 	if c.closed {
@@ -38,7 +37,6 @@ func (c *cq) push(wc *rdma.WC) {
 		return
 	}
 	if c.n == len(c.ring) {
-		c.over = true
 		c.mu.Unlock()
 		return
 	}
@@ -63,13 +61,6 @@ func (c *cq) Poll(wcs []rdma.WC) int {
 		k++
 	}
 	return k
-}
-
-// Overrun tells whether completions were lost because the CQ was full.
-func (c *cq) Overrun() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.over
 }
 
 func (c *cq) Wait(ctx context.Context) error {

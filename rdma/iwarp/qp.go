@@ -1,9 +1,7 @@
 package iwarp
 
 import (
-	"errors"
 	"fmt"
-	"hash/crc32"
 	"net"
 	"sync"
 
@@ -392,17 +390,4 @@ func (q *qp) Close() error {
 	q.state = rdma.QPClosed
 	q.mu.Unlock()
 	return nil
-}
-
-// crcOf computes the MPA CRC over the pieces of one FPDU.
-func crcOf(tab *crc32.Table, parts ...[]byte) uint32 {
-	var c uint32
-	for _, p := range parts {
-		c = crc32.Update(c, tab, p)
-	}
-	return c
-}
-
-func isClosedErr(err error) bool {
-	return errors.Is(err, net.ErrClosed)
 }

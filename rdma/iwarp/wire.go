@@ -3,7 +3,6 @@ package iwarp
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 )
 
 // MPA request/reply frame (RFC 5044 §7.1, RFC 6581 §5).
@@ -228,10 +227,6 @@ func hdrLen(op uint8) int {
 // padLen is the MPA pad after a ULPDU so that the FPDU (2-byte length
 // included) ends on a 4-byte boundary (RFC 5044 §4.1).
 func padLen(ulpduLen int) int { return (4 - (2+ulpduLen)%4) % 4 }
-
-// crcTable is the Castagnoli table. MakeTable returns the package's shared
-// read-only table for Castagnoli, so this is not mutable state.
-func crcTable() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) }
 
 // putTagged writes a tagged segment header in h[:16].
 func putTagged(h []byte, ulpduLen int, last bool, op uint8, stag uint32, to uint64) {
