@@ -151,7 +151,7 @@ func (q *queue) execute(r *rsp) {
 	case q.qid == 0:
 		q.controller().admin(q, r, sqe)
 	default:
-		q.controller().io(r, sqe)
+		q.controller().io(q, r, sqe)
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 )
 
 // io executes an NVM I/O command.
-func (c *controller) io(r *rsp, sqe nvmeof.SQE) {
+func (c *controller) io(q *queue, r *rsp, sqe nvmeof.SQE) {
 	if r.kind == nvmeof.KindFlush && r.nsid == nvmeof.NSIDAll {
 		c.flushAll()
 		return
@@ -65,7 +65,7 @@ func (c *controller) io(r *rsp, sqe nvmeof.SQE) {
 		if d, ok := disk.(backstore.Discarder); ok && cmd.DEAC() && readsZeroesAfterDiscard(disk) {
 			err = d.Discard(off, length)
 		} else {
-			err = writeZeroes(disk, r, off, length, flags)
+			err = writeZeroes(q, disk, r, off, length, flags)
 		}
 		if err != nil {
 			r.status = ioStatus(err, true)
@@ -104,14 +104,19 @@ func (c *controller) rwRange(r *rsp, n *Namespace, cmd nvmeof.RWCommand) (int64,
 
 // writeZeroes writes zeroes with the disk's own support, else from a zeroed
 // buffer.
-func writeZeroes(disk backstore.Disk, r *rsp, off, length int64, flags backstore.WriteFlags) error {
+func writeZeroes(q *queue, disk backstore.Disk, r *rsp, off, length int64, flags backstore.WriteFlags) error {
 	if z, ok := disk.(backstore.ZeroWriter); ok {
 		err := z.WriteZeroes(off, length, flags)
 		if !errors.Is(err, backstore.ErrUnsupported) {
 			return err
 		}
 	}
-	buf := r.zeroBuf()
+	// The slot's data buffer carries no host data for Write Zeroes.
+	if err := q.ensureData(r); err != nil {
+		return err
+	}
+	buf := r.data
+	clear(buf)
 	for length > 0 {
 		n := min(length, int64(len(buf)))
 		if err := disk.WriteAt(buf[:n], off, flags); err != nil {
@@ -121,16 +126,6 @@ func writeZeroes(disk backstore.Disk, r *rsp, off, length int64, flags backstore
 		length -= n
 	}
 	return nil
-}
-
-// zeroBuf returns the slot's data buffer cleared (it carries no host data
-// for Write Zeroes).
-func (r *rsp) zeroBuf() []byte {
-	if r.data == nil {
-		return make([]byte, 64<<10)
-	}
-	clear(r.data)
-	return r.data
 }
 
 func (c *controller) compare(r *rsp, disk backstore.Disk, off int64, length int) {
