@@ -123,8 +123,7 @@ func targetConfig(c *cli.Context) (*target.Config, error) {
 	hosts := c.StringSlice("allow-host")
 	anyHost := c.Bool("allow-any-host")
 	if len(hosts) == 0 && !anyHost {
-		ip := net.ParseIP(host)
-		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		if !isLoopback(host) {
 			return nil, fmt.Errorf("--listen %s is not a loopback address: name the hosts allowed with --allow-host NQN, or pass --allow-any-host", c.String("listen"))
 		}
 		anyHost = true
@@ -169,7 +168,7 @@ func startISCSI(c *cli.Context, addr string, disk backstore.Disk, p *iwarp.Provi
 	if err != nil {
 		return nil, fmt.Errorf("--iscsi-listen %q: want host:port", addr)
 	}
-	if ip := net.ParseIP(host); len(allowed) == 0 && !c.Bool("allow-any-host") && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+	if len(allowed) == 0 && !c.Bool("allow-any-host") && !isLoopback(host) {
 		return nil, fmt.Errorf("--iscsi-listen %s is not a loopback address: name the initiators allowed with --allow-initiator IQN, or pass --allow-any-host", addr)
 	}
 	it, err := iscsitarget.New(iscsitarget.Config{
