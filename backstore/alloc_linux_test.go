@@ -64,6 +64,10 @@ func TestNoAllocations(t *testing.T) {
 				"Flush":       func() error { return d.Flush() },
 				"Stats":       func() error { _ = d.(StatsReporter).Stats(); return nil },
 			}
+			if vw, ok := d.(Viewer); ok {
+				segs := make([][]byte, 4)
+				ops["ViewAt"] = func() error { _, err := vw.ViewAt(segs, 4096, 128<<10); return err }
+			}
 			if z, ok := d.(ZeroWriter); ok {
 				ops["WriteZeroes"] = func() error { return z.WriteZeroes(8192, 4096, 0) }
 			}

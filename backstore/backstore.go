@@ -44,6 +44,24 @@ type VectoredDisk interface {
 	WritevAt(bufs [][]byte, off int64, flags WriteFlags) error
 }
 
+// Viewer is implemented by disks that keep their blocks in process memory
+// (RAM disks), so a transport can send read data straight from them through
+// an implicit MR (rdma.ImplicitPD) instead of copying it into a registered
+// buffer first.
+type Viewer interface {
+	// ViewAt fills segs with the memory holding n bytes at byte offset off,
+	// in order, and returns how many entries it used. The range follows the
+	// ReadAt rules. When the range needs more than len(segs) entries it
+	// returns an error wrapping ErrUnsupported and the caller uses ReadAt.
+	//
+	// The segments alias the disk: the caller must only read them, and
+	// must be done with them before it completes the request, because later
+	// writes change them (a read overlapping a write in flight sees either,
+	// as on any disk). Unwritten ranges alias a zeroed chunk that is never
+	// written. ViewAt counts as a read in the disk's statistics.
+	ViewAt(segs [][]byte, off int64, n int) (int, error)
+}
+
 // Discarder is implemented by disks that can deallocate (unmap/trim) a range;
 // later reads of the range return zeroes.
 type Discarder interface {

@@ -49,6 +49,7 @@ type Mem struct {
 	leaves []atomic.Pointer[memLeaf]
 	stats  statsCollector
 	locks  [memLockStripes]sync.RWMutex // by chunk index
+	zeros  *memChunk                    // what ViewAt shows for unwritten chunks; never written
 }
 
 // memLockStripes is the number of chunk locks; chunk i uses i % stripes.
@@ -57,6 +58,7 @@ const memLockStripes = 64
 // Compile-time checks of the optional capabilities.
 var (
 	_ VectoredDisk   = (*Mem)(nil)
+	_ Viewer         = (*Mem)(nil)
 	_ Discarder      = (*Mem)(nil)
 	_ ZeroWriter     = (*Mem)(nil)
 	_ HealthReporter = (*Mem)(nil)
@@ -78,6 +80,7 @@ func NewMem(size int64, blockSize int) (*Mem, error) {
 		bs:     blockSize,
 		stats:  statsCollector{epoch: time.Now()},
 		leaves: make([]atomic.Pointer[memLeaf], nleaves),
+		zeros:  new(memChunk),
 	}, nil
 }
 
@@ -153,6 +156,36 @@ func (m *Mem) ReadAt(p []byte, off int64) error {
 	m.read(p, off)
 	m.stats.read.done(int64(len(p)), m.stats.since(start), nil)
 	return nil
+}
+
+// ViewAt fills segs with the memory of n bytes at off (see Viewer): one
+// entry per chunk touched, the disk's zero chunk where nothing was written.
+// It copies nothing; the chunks are not locked, so a read overlapping a
+// write in flight may see part of it, as the Viewer contract allows.
+func (m *Mem) ViewAt(segs [][]byte, off int64, n int) (int, error) {
+	if err := m.check(OpRead, off, int64(n), false); err != nil {
+		return 0, err
+	}
+	first, last := off>>memChunkShift, (off+int64(n)-1)>>memChunkShift
+	if n > 0 && last-first >= int64(len(segs)) {
+		return 0, fmt.Errorf("viewing %d bytes at %d: %d chunks for %d segments: %w", n, off, last-first+1, len(segs), ErrUnsupported)
+	}
+	start := m.stats.now()
+	k := 0
+	for o, left := off, n; left > 0; k++ {
+		i := o >> memChunkShift
+		co := int(o & (MemChunkSize - 1))
+		c := m.chunk(i)
+		if c == nil {
+			c = m.zeros
+		}
+		l := min(left, MemChunkSize-co)
+		segs[k] = c[co : co+l : co+l]
+		o += int64(l)
+		left -= l
+	}
+	m.stats.read.done(int64(n), m.stats.since(start), nil)
+	return k, nil
 }
 
 // ReadvAt fills bufs, in order, from offset off.

@@ -1,6 +1,7 @@
 package backstore
 
 import (
+	"bytes"
 	"errors"
 	"sync"
 	"testing"
@@ -200,4 +201,70 @@ func TestNullArguments(t *testing.T) {
 func isRangeErr(err error) bool {
 	var re *RangeError
 	return errors.As(err, &re)
+}
+
+// TestMemViewAt checks ViewAt shows the disk's contents, written or not, in
+// chunk-sized pieces, and refuses what ReadAt refuses.
+func TestMemViewAt(t *testing.T) {
+	t.Parallel()
+	m, err := NewMem(8*MemChunkSize, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	data := make([]byte, 3*MemChunkSize)
+	for i := range data {
+		data[i] = byte(i*7 + i>>11)
+	}
+	// Chunks 1-3 written; chunk 5 never written.
+	if err := m.WriteAt(data, MemChunkSize, 0); err != nil {
+		t.Fatal(err)
+	}
+	segs := make([][]byte, 4)
+	for _, c := range []struct {
+		off int64
+		n   int
+		k   int
+	}{
+		{MemChunkSize + 512, 4096, 1},
+		{2*MemChunkSize - 512, 1024, 2},
+		{MemChunkSize + 512, 2*MemChunkSize + 1024, 3},
+		{3*MemChunkSize + 512, 3 * MemChunkSize, 4}, // ends in unwritten chunks
+		{0, 0, 0},
+	} {
+		k, err := m.ViewAt(segs, c.off, c.n)
+		if err != nil {
+			t.Fatalf("ViewAt(%d, %d): %v", c.off, c.n, err)
+		}
+		if k != c.k {
+			t.Fatalf("ViewAt(%d, %d) used %d segments, want %d", c.off, c.n, k, c.k)
+		}
+		want := make([]byte, c.n)
+		if err := m.ReadAt(want, c.off); err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.Join(segs[:k], nil); !bytes.Equal(got, want) && c.n > 0 {
+			t.Fatalf("ViewAt(%d, %d) differs from ReadAt", c.off, c.n)
+		}
+	}
+	// Later writes show through a view taken before them.
+	k, _ := m.ViewAt(segs, MemChunkSize, 512)
+	if err := m.WriteAt(make([]byte, 512), MemChunkSize, 0); err != nil {
+		t.Fatal(err)
+	}
+	if k != 1 || !bytes.Equal(segs[0], make([]byte, 512)) {
+		t.Fatal("view does not alias the disk")
+	}
+	if _, err := m.ViewAt(segs[:2], 512, 2*MemChunkSize); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("ViewAt over 3 chunks into 2 segments: %v, want ErrUnsupported", err)
+	}
+	if _, err := m.ViewAt(segs, 7*MemChunkSize, MemChunkSize+512); !isRangeErr(err) {
+		t.Fatalf("ViewAt past the end: %v, want a RangeError", err)
+	}
+	if _, err := m.ViewAt(segs, 100, 512); !isRangeErr(err) {
+		t.Fatalf("ViewAt unaligned: %v, want a RangeError", err)
+	}
+	if st := m.Stats(); st.Read.Ops == 0 {
+		t.Fatal("ViewAt not counted as reads")
+	}
 }

@@ -63,7 +63,7 @@ type OpStats struct {
 // Stats is a snapshot of a disk's counters since it was opened. Counters
 // only grow; a metrics exporter computes rates from two snapshots.
 type Stats struct {
-	Read        OpStats // ReadAt and ReadvAt
+	Read        OpStats // ReadAt, ReadvAt and ViewAt
 	Write       OpStats // WriteAt and WritevAt, FUA writes included
 	Flush       OpStats // Bytes is always 0
 	Discard     OpStats // Discard (and Block.Trim)

@@ -75,6 +75,22 @@ type PD interface {
 	Close() error
 }
 
+// ImplicitPD is implemented by protection domains that can gather from
+// memory that was never registered, like verbs' implicit on-demand-paging
+// MR (ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND)). A target uses
+// it to send straight from memory it does not own, such as the chunks of a
+// RAM disk, instead of copying into a registered buffer first.
+type ImplicitPD interface {
+	// RegisterImplicit returns a local-read-only MR that covers the whole
+	// process memory. An SGE naming it carries its memory in SGE.Buf, and
+	// may only be the source of a Send or RDMA Write (never a receive
+	// buffer, an RDMA Read sink, or a remote key: its RKey is refused by
+	// the peer-facing checks). The memory may change while the request is
+	// in flight; the provider still sends a consistent FPDU (with MPA CRC,
+	// it copies before checksumming). Deregister releases the key.
+	RegisterImplicit() (MR, error)
+}
+
 // MR is a registered memory region. Its methods are safe for concurrent use.
 type MR interface {
 	// LKey is the local key used in scatter lists.

@@ -41,6 +41,9 @@ type SGE struct {
 	MR     MR
 	Offset int
 	Length int
+	// Buf is the memory of an entry whose MR is an implicit MR (see
+	// ImplicitPD); Offset and Length are then ignored. Nil otherwise.
+	Buf []byte
 }
 
 // WRFlags modify a send work request.

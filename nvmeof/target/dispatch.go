@@ -24,7 +24,7 @@ func (q *queue) start(slot, n int) error {
 	r.capsule = q.cmdBuf[slot*q.stride : slot*q.stride+n]
 	copy(r.sqe[:], r.capsule)
 	r.status, r.result, r.errLoc, r.outLen = nvmeof.StatusSuccess, 0, nvmeof.ParamErrorLocationNone, 0
-	r.xfer, r.xferLen, r.keyed, r.inval, r.dir, r.nsid, r.lba = nil, 0, false, false, nvmeof.DirNone, 0, 0
+	r.xfer, r.xferLen, r.keyed, r.inval, r.dir, r.nsid, r.lba, r.nseg = nil, 0, false, false, nvmeof.DirNone, 0, 0, 0
 	r.sqhd = q.sqhd
 	if q.sqflow {
 		r.sqhd = nvmeof.SQHeadDisabled
@@ -182,8 +182,17 @@ func (q *queue) respond(r *rsp) error {
 	}
 	r.state = rspResponded
 	if r.dir == nvmeof.DirCtrlToHost && r.status == nvmeof.StatusSuccess && r.outLen > 0 && r.keyed {
-		r.sgl[0] = rdma.SGE{MR: r.dataMR, Length: min(r.outLen, r.xferLen)}
-		r.wr2 = rdma.SendWR{ID: wrTag + uint64(r.idx), Op: rdma.OpRDMAWrite, SGL: r.sgl[:], RemoteAddr: r.raddr, RemoteKey: r.rkey}
+		sgl := r.dsgl[:1]
+		if r.nseg > 0 {
+			// Straight from the RAM disk (io.go checked outLen <= xferLen).
+			sgl = r.dsgl[:r.nseg]
+			for i, b := range r.segs[:r.nseg] {
+				sgl[i] = rdma.SGE{MR: q.implicit, Buf: b}
+			}
+		} else {
+			sgl[0] = rdma.SGE{MR: r.dataMR, Length: min(r.outLen, r.xferLen)}
+		}
+		r.wr2 = rdma.SendWR{ID: wrTag + uint64(r.idx), Op: rdma.OpRDMAWrite, SGL: sgl, RemoteAddr: r.raddr, RemoteKey: r.rkey}
 		if err := q.qp.PostSend(&r.wr2); err != nil {
 			return err
 		}

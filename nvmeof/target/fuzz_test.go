@@ -49,7 +49,7 @@ func FuzzCommand(f *testing.F) {
 		// The capsule "arrives" in receive slot 0 without a real receive:
 		// give the queue a QP whose receive queue has room to repost it.
 		q.qp.Close()
-		if q.qp, err = q.pd.CreateQP(rdma.QPConfig{SendCQ: q.cq, RecvCQ: q.cq, MaxSendWR: 4 * q.depth, MaxRecvWR: q.depth, MaxSendSGE: 1, MaxRecvSGE: 1}); err != nil {
+		if q.qp, err = q.pd.CreateQP(rdma.QPConfig{SendCQ: q.cq, RecvCQ: q.cq, MaxSendWR: 4 * q.depth, MaxRecvWR: q.depth, MaxSendSGE: maxDataSGE, MaxRecvSGE: 1}); err != nil {
 			t.Fatal(err)
 		}
 		if mode < 2 {

@@ -33,11 +33,22 @@ func (c *controller) io(q *queue, r *rsp, sqe nvmeof.SQE) {
 		}
 		switch r.kind {
 		case nvmeof.KindRead:
+			r.outLen = length
+			if v, ok := disk.(backstore.Viewer); ok && q.implicit != nil && r.keyed {
+				k, err := v.ViewAt(r.segs[:], off, length)
+				if err == nil {
+					r.nseg = k
+					return
+				}
+				if !errors.Is(err, backstore.ErrUnsupported) {
+					r.status = ioStatus(err, false)
+					return
+				}
+			}
 			if err := disk.ReadAt(r.xfer[:length], off); err != nil {
 				r.status = ioStatus(err, false)
 				return
 			}
-			r.outLen = length
 		case nvmeof.KindWrite:
 			var flags backstore.WriteFlags
 			if cmd.FUA() || !c.writeCache() {

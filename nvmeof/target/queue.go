@@ -15,6 +15,9 @@ const (
 	mdts      = 4096 << mdtsShift
 	// wrTag marks send-queue work request IDs; receive IDs are cmd slots.
 	wrTag = 1 << 32
+	// maxDataSGE bounds the pieces of a read sent straight from a RAM disk
+	// (an MDTS transfer over 64 KiB chunks touches at most 3).
+	maxDataSGE = 4
 )
 
 // pendingCmd is a received command that waits for a free rsp slot.
@@ -56,6 +59,10 @@ type rsp struct {
 	data    []byte // the slot's data buffer (lazily registered)
 	dataMR  rdma.MR
 	outLen  int // bytes of xfer to RDMA-Write back
+	// Zero-copy reads: the disk memory to RDMA-Write instead of xfer.
+	nseg int
+	segs [maxDataSGE][]byte
+	dsgl [maxDataSGE]rdma.SGE
 
 	status nvmeof.Status
 	result uint64
@@ -86,9 +93,12 @@ type queue struct {
 	cmdMR  rdma.MR
 	rspBuf []byte
 	rspMR  rdma.MR
-	rsps   []rsp
-	rwr    rdma.RecvWR
-	rsge   [1]rdma.SGE
+	// implicit sends reads straight from RAM disks (nil when the provider
+	// has no implicit MR).
+	implicit rdma.MR
+	rsps     []rsp
+	rwr      rdma.RecvWR
+	rsge     [1]rdma.SGE
 
 	mu      sync.Mutex // guards free and pending (AERs complete from other goroutines)
 	free    []int
@@ -134,6 +144,10 @@ func (p *Port) serveConn(req rdma.ConnRequest) {
 	}
 	t.addQueue(q)
 	defer t.removeQueue(q)
+	if t.hook != nil && q.qid != 0 {
+		t.hook(1)
+		defer t.hook(-1)
+	}
 	t.log.Debug("nvmeof: queue connected", "qid", q.qid, "depth", q.depth, "peer", req.RemoteAddr())
 	q.loop()
 }
@@ -154,8 +168,13 @@ func (p *Port) newQueue(f nvmeof.CMRequestFields) (*queue, error) {
 	if q.cq, err = p.t.p.CreateCQ(q.depth + 2*nrsp + 8); err != nil {
 		return fail("creating CQ", err)
 	}
-	if q.qp, err = q.pd.CreateQP(rdma.QPConfig{SendCQ: q.cq, RecvCQ: q.cq, MaxSendWR: 2 * nrsp, MaxRecvWR: q.depth, MaxSendSGE: 1, MaxRecvSGE: 1}); err != nil {
+	if q.qp, err = q.pd.CreateQP(rdma.QPConfig{SendCQ: q.cq, RecvCQ: q.cq, MaxSendWR: 2 * nrsp, MaxRecvWR: q.depth, MaxSendSGE: maxDataSGE, MaxRecvSGE: 1}); err != nil {
 		return fail("creating QP", err)
+	}
+	if ip, ok := q.pd.(rdma.ImplicitPD); ok && q.qid != 0 {
+		if q.implicit, err = ip.RegisterImplicit(); err != nil {
+			return fail("registering the implicit MR", err)
+		}
 	}
 	q.cmdBuf = make([]byte, q.depth*q.stride)
 	if q.cmdMR, err = q.pd.RegisterMemory(q.cmdBuf, rdma.AccessLocalWrite); err != nil {
@@ -201,6 +220,9 @@ func (q *queue) free_() {
 	}
 	if q.cmdMR != nil {
 		q.cmdMR.Deregister()
+	}
+	if q.implicit != nil {
+		q.implicit.Deregister()
 	}
 	if q.rspMR != nil {
 		q.rspMR.Deregister()
@@ -294,6 +316,8 @@ func (q *queue) getRsp() *rsp {
 // release frees a slot whose response was sent and starts a waiting command.
 func (q *queue) release(r *rsp) error {
 	r.state = rspFree
+	clear(r.segs[:r.nseg]) // do not keep discarded RAM disk chunks alive
+	r.nseg = 0
 	q.mu.Lock()
 	q.free = append(q.free, r.idx)
 	next := pendingCmd{slot: -1}

@@ -21,14 +21,18 @@ type Config struct {
 	Logger   *slog.Logger
 	// Firmware is the firmware revision reported in Identify (8 chars max).
 	Firmware string
+	// ConnHook, if set, is called with +1 when an I/O queue connects and
+	// with -1 when it ends (rdisk target sizes GOMAXPROCS with it).
+	ConnHook func(delta int)
 }
 
 // Target is an NVMe-oF target: subsystems exported through ports. It is
 // safe for concurrent use.
 type Target struct {
-	p   rdma.Provider
-	log *slog.Logger
-	fw  string
+	p    rdma.Provider
+	log  *slog.Logger
+	fw   string
+	hook func(delta int)
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -61,7 +65,7 @@ func New(cfg Config) (*Target, error) {
 		fw = fw[:8]
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &Target{p: cfg.Provider, log: log, fw: fw, ctx: ctx, cancel: cancel, started: time.Now(),
+	t := &Target{p: cfg.Provider, log: log, fw: fw, hook: cfg.ConnHook, ctx: ctx, cancel: cancel, started: time.Now(),
 		subs: map[string]*Subsystem{}, ports: map[uint16]*Port{}, disc: map[*controller]bool{}, queues: map[*queue]bool{}}
 	t.discSub = &Subsystem{t: t, cfg: SubsystemConfig{NQN: nvmeof.DiscoveryNQN, Serial: "rdisk-discovery", Model: "rdisk discovery",
 		AllowAnyHost: true, CntlIDMin: 1, CntlIDMax: 0xffef}, ns: map[uint32]*Namespace{}, ctrls: map[uint16]*controller{}, hosts: map[string]bool{}, nextCID: 1}

@@ -178,6 +178,9 @@ type region struct {
 	pd    *pd
 	index uint32
 	fast  bool // fast-registration key (FastRegMR)
+	// implicit: the local-read-only MR over all memory (ImplicitPD); SGEs
+	// naming it carry their memory in SGE.Buf.
+	implicit bool
 
 	mu     sync.Mutex
 	key    uint8
@@ -230,6 +233,17 @@ func (d *pd) RegisterMemory(buf []byte, access rdma.Access) (rdma.MR, error) {
 	return &mr{r: r}, nil
 }
 
+// RegisterImplicit implements rdma.ImplicitPD. The region has no memory
+// and no rights of its own, so any remote access to its STag fails the
+// rights check.
+func (d *pd) RegisterImplicit() (rdma.MR, error) {
+	r := &region{p: d.p, pd: d, implicit: true, valid: true}
+	if err := d.p.stags.add(r); err != nil {
+		return nil, fmt.Errorf("iwarp: registering the implicit MR: %w", err)
+	}
+	return &mr{r: r}, nil
+}
+
 func (d *pd) AllocFastRegMR(maxLen int) (rdma.FastRegMR, error) {
 	if maxLen <= 0 {
 		return nil, fmt.Errorf("iwarp: allocating fast-registration key: bad length %d", maxLen)
@@ -276,8 +290,8 @@ type fastMR struct {
 
 func (f *fastMR) Map(m rdma.MR, off, length int, access rdma.Access) (uint32, uint64, error) {
 	base, ok := m.(*mr)
-	if !ok {
-		return 0, 0, fmt.Errorf("iwarp: fast registration over a foreign MR")
+	if !ok || base.r.implicit {
+		return 0, 0, fmt.Errorf("iwarp: fast registration over a foreign or implicit MR")
 	}
 	mem := base.r.mem
 	if off < 0 || length <= 0 || off > len(mem) || length > len(mem)-off {
@@ -358,6 +372,16 @@ func lookupSGE(owner *pd, s *rdma.SGE, need rdma.Access) ([]byte, error) {
 	}
 	m, ok := s.MR.(*mr)
 	if !ok {
+		return nil, rdma.ErrBadSGE
+	}
+	if m.r.implicit {
+		// Local gather only: never a place the adapter writes.
+		if m.r.pd != owner || need&rdma.AccessLocalWrite != 0 {
+			return nil, rdma.ErrBadSGE
+		}
+		return s.Buf[:len(s.Buf):len(s.Buf)], nil
+	}
+	if s.Buf != nil {
 		return nil, rdma.ErrBadSGE
 	}
 	mem := m.r.mem

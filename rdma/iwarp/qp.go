@@ -28,9 +28,12 @@ type sendWQE struct {
 	wr     rdma.SendWR // SGL not kept: see mem
 	mem    [][]byte    // resolved scatter list (capacity MaxSendSGE)
 	length int
-	sent   int  // payload bytes handed to the transmitter
-	done   bool // finished (successfully or not)
-	status rdma.Status
+	// volatile: some memory comes from the implicit MR and may change
+	// while the WQE is sent (see txState.stage).
+	volatile bool
+	sent     int  // payload bytes handed to the transmitter
+	done     bool // finished (successfully or not)
+	status   rdma.Status
 	// Read requests: the sink STag and address told to the peer.
 	sinkSTag uint32
 	sinkTO   uint64
@@ -226,7 +229,7 @@ func (q *qp) PostSend(wr *rdma.SendWR) error {
 	w.wr = *wr
 	w.wr.SGL = nil
 	w.mem = w.mem[:0]
-	w.length, w.sent, w.placed, w.done, w.status = 0, 0, 0, false, rdma.StatusSuccess
+	w.length, w.sent, w.placed, w.done, w.status, w.volatile = 0, 0, 0, false, rdma.StatusSuccess, false
 	need := rdma.Access(0)
 	switch wr.Op {
 	case rdma.OpSend, rdma.OpSendWithInv, rdma.OpRDMAWrite, rdma.OpLocalInv:
@@ -239,6 +242,9 @@ func (q *qp) PostSend(wr *rdma.SendWR) error {
 		m, err := lookupSGE(q.pd, &wr.SGL[i], need)
 		if err != nil {
 			return fmt.Errorf("iwarp: post send: SGE %d: %w", i, err)
+		}
+		if wr.SGL[i].Buf != nil {
+			w.volatile = true
 		}
 		w.mem = append(w.mem, m)
 		w.length += len(m)

@@ -26,6 +26,11 @@ type txState struct {
 	bytes      int
 	tab        *crc32.Table
 	msn        [3]uint32 // last MSN sent per queue number
+	// staged holds copies of volatile payload for CRC'd FPDUs (allocated
+	// on first use): the CRC must cover exactly the bytes written, and
+	// memory from the implicit MR may change under the writev.
+	staged     []byte
+	stagedUsed int
 	// Batch bookkeeping: how far the SQ and IRQ got in this batch.
 	sqTo  uint64
 	irqTo uint64
@@ -42,7 +47,20 @@ func (t *txState) init(maxPayload int) {
 func (t *txState) reset() {
 	t.iov = t.iov[:0]
 	t.arenaUsed = 0
+	t.stagedUsed = 0
 	t.bytes = 0
+}
+
+// stage copies p into the staging buffer and returns the copy.
+func (t *txState) stage(p []byte) []byte {
+	if t.staged == nil {
+		// room() stops a batch after txMaxBytes, so one more FPDU fits.
+		t.staged = make([]byte, txMaxBytes+t.maxPayload)
+	}
+	c := t.staged[t.stagedUsed : t.stagedUsed+len(p) : t.stagedUsed+len(p)]
+	copy(c, p)
+	t.stagedUsed += len(p)
+	return c
 }
 
 func (t *txState) slot(n int) []byte {
@@ -57,8 +75,9 @@ func (t *txState) room(pieces int) bool {
 }
 
 // fpdu appends one FPDU: header hdr (already filled but for the length),
-// then payload taken from mem starting at off, n bytes.
-func (t *txState) fpdu(hdr []byte, mem [][]byte, off, n int, crc bool) {
+// then payload taken from mem starting at off, n bytes. With crc, volatile
+// payload is staged first so the checksum matches what is sent.
+func (t *txState) fpdu(hdr []byte, mem [][]byte, off, n int, crc, volatile bool) {
 	ulpdu := len(hdr) - 2 + n
 	binary.BigEndian.PutUint16(hdr, uint16(ulpdu))
 	t.iov = append(t.iov, hdr)
@@ -81,6 +100,9 @@ func (t *txState) fpdu(hdr []byte, mem [][]byte, off, n int, crc bool) {
 		}
 		off = 0
 		left -= len(piece)
+		if crc && volatile {
+			piece = t.stage(piece)
+		}
 		t.iov = append(t.iov, piece)
 		if crc {
 			c = crc32.Update(c, t.tab, piece)
@@ -151,7 +173,7 @@ func (q *qp) sendTerminate(term *termError) {
 	q.tx.msn[qnTerminate]++
 	putUntagged(h, 0, true, rdmapTerminate, 0, qnTerminate, q.tx.msn[qnTerminate], 0)
 	binary.BigEndian.PutUint32(h[untaggedHdrLen:], term.ctrlWord())
-	q.tx.fpdu(h, nil, 0, 0, q.crc)
+	q.tx.fpdu(h, nil, 0, 0, q.crc, false)
 	q.conn.SetWriteDeadline(time.Now().Add(time.Second))
 	q.tx.bufs = q.tx.iov
 	q.tx.bufs.WriteTo(q.conn)
@@ -208,7 +230,7 @@ func (q *qp) emitReadResp(e *irqEntry) bool {
 		last := e.sent+n == len(e.src)
 		h := t.slot(taggedHdrLen)
 		putTagged(h, 0, last, rdmapReadResp, e.sinkSTag, e.sinkTO+uint64(e.sent))
-		t.fpdu(h, mem, e.sent, n, q.crc)
+		t.fpdu(h, mem, e.sent, n, q.crc, false)
 		e.sent += n
 		if last {
 			return true
@@ -235,7 +257,7 @@ func (q *qp) emitSend(w *sendWQE, idx uint64) bool {
 		putUntagged(h, 0, true, rdmapReadReq, 0, qnReadReq, t.msn[qnReadReq], 0)
 		rr := readRequest{SinkSTag: w.sinkSTag, SinkTO: w.sinkTO, Size: uint32(w.length), SourceSTag: w.wr.RemoteKey, SourceTO: w.wr.RemoteAddr}
 		rr.put(h[untaggedHdrLen:])
-		t.fpdu(h, nil, 0, 0, q.crc)
+		t.fpdu(h, nil, 0, 0, q.crc, false)
 		// Queue it for the response before it is on the wire.
 		q.orq[q.orqTail%uint64(len(q.orq))] = idx
 		q.orqTail++
@@ -265,7 +287,7 @@ func (q *qp) emitSend(w *sendWQE, idx uint64) bool {
 			h = t.slot(untaggedHdrLen)
 			putUntagged(h, 0, last, op, inv, qnSend, t.msn[qnSend], uint32(w.sent))
 		}
-		t.fpdu(h, w.mem, w.sent, n, q.crc)
+		t.fpdu(h, w.mem, w.sent, n, q.crc, w.volatile)
 		w.sent += n
 		if last {
 			return true

@@ -43,6 +43,8 @@ func Run(t *testing.T, newProvider NewProvider) {
 		{"NoRecvPosted", testNoRecv},
 		{"DisconnectFlushes", testDisconnectFlush},
 		{"ManyQPs", testManyQPs},
+		{"ImplicitGather", testImplicitGather},
+		{"ImplicitKeyRefusedRemotely", testImplicitRemote},
 		{"QueueFull", testQueueFull},
 	}
 	for _, tc := range tests {
@@ -699,4 +701,81 @@ func testQueueFull(t *testing.T, np NewProvider) {
 	if err := c.QP.PostSend(&rdma.SendWR{Op: rdma.OpSend, SGL: make([]rdma.SGE, 100)}); !errors.Is(err, rdma.ErrTooManySGE) {
 		t.Fatalf("100 SGEs: %v, want ErrTooManySGE", err)
 	}
+}
+
+// implicitMR returns the implicit MR of e's PD, skipping the test when the
+// provider has none.
+func implicitMR(t *testing.T, e *End) rdma.MR {
+	t.Helper()
+	ip, ok := e.PD.(rdma.ImplicitPD)
+	if !ok {
+		t.Skip("provider has no implicit MR")
+	}
+	m, err := ip.RegisterImplicit()
+	if err != nil {
+		t.Fatalf("register implicit MR: %v", err)
+	}
+	t.Cleanup(func() { m.Deregister() })
+	return m
+}
+
+// testImplicitGather sends and RDMA-Writes from memory that was never
+// registered, in several pieces, and checks the implicit MR is refused
+// where the adapter would write.
+func testImplicitGather(t *testing.T, np NewProvider) {
+	c, s := Pair(t, prov(t, np), PairConfig{BufSize: 1 << 20, PostRecvs: 1, RecvSize: 256 << 10})
+	im := implicitMR(t, c)
+	a, b := make([]byte, 70000), make([]byte, 100001)
+	fill(a, 21)
+	fill(b, 22)
+	sgl := []rdma.SGE{{MR: im, Buf: a}, {MR: c.MR, Offset: 0, Length: 3}, {MR: im, Buf: b}}
+	fill(c.Buf[:3], 23)
+	want := append(append(append([]byte{}, a...), c.Buf[:3]...), b...)
+	dst := 512 << 10
+	if err := c.QP.PostSend(&rdma.SendWR{ID: 1, Op: rdma.OpRDMAWrite, Flags: rdma.Signaled, SGL: sgl,
+		RemoteAddr: s.MR.VA() + uint64(dst), RemoteKey: s.MR.RKey()}); err != nil {
+		t.Fatalf("RDMA Write from the implicit MR: %v", err)
+	}
+	expect(t, WaitWC(t, c.SendCQ), rdma.OpRDMAWrite, rdma.StatusSuccess)
+	if err := c.QP.PostSend(&rdma.SendWR{ID: 2, Op: rdma.OpSend, Flags: rdma.Signaled, SGL: sgl}); err != nil {
+		t.Fatalf("Send from the implicit MR: %v", err)
+	}
+	expect(t, WaitWC(t, c.SendCQ), rdma.OpSend, rdma.StatusSuccess)
+	wc := WaitWC(t, s.RecvCQ)
+	expect(t, wc, rdma.OpRecv, rdma.StatusSuccess)
+	if wc.ByteLen != len(want) || !bytes.Equal(s.Buf[:len(want)], want) {
+		t.Fatalf("Send from the implicit MR: got %d bytes, want %d (or data differs)", wc.ByteLen, len(want))
+	}
+	if !bytes.Equal(s.Buf[dst:dst+len(want)], want) {
+		t.Fatal("RDMA Write from the implicit MR: data differs")
+	}
+	// Never a receive buffer or an RDMA Read sink.
+	if err := c.QP.PostRecv(&rdma.RecvWR{ID: 3, SGL: []rdma.SGE{{MR: im, Buf: a}}}); err == nil {
+		t.Fatal("receive into the implicit MR accepted")
+	}
+	if err := c.QP.PostSend(&rdma.SendWR{ID: 4, Op: rdma.OpRDMARead, SGL: []rdma.SGE{{MR: im, Buf: a}},
+		RemoteAddr: s.MR.VA(), RemoteKey: s.MR.RKey()}); err == nil {
+		t.Fatal("RDMA Read into the implicit MR accepted")
+	}
+	// Buf with a registered MR is a caller error.
+	if err := c.QP.PostSend(&rdma.SendWR{ID: 5, Op: rdma.OpSend, SGL: []rdma.SGE{{MR: c.MR, Buf: a}}}); err == nil {
+		t.Fatal("Buf with a registered MR accepted")
+	}
+}
+
+// testImplicitRemote checks a peer cannot use the implicit MR's key.
+func testImplicitRemote(t *testing.T, np NewProvider) {
+	c, s := Pair(t, prov(t, np), PairConfig{})
+	im := implicitMR(t, s)
+	va := uint64(0)
+	if len(s.Buf) > 0 {
+		va = s.MR.VA()
+	}
+	if err := c.QP.PostSend(&rdma.SendWR{ID: 1, Op: rdma.OpRDMARead, Flags: rdma.Signaled, SGL: []rdma.SGE{{MR: c.MR, Length: 16}},
+		RemoteAddr: va, RemoteKey: im.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, WaitWC(t, c.SendCQ), rdma.OpRDMARead, rdma.StatusRemoteAccess)
+	waitDone(t, c.QP)
+	waitDone(t, s.QP)
 }
