@@ -47,6 +47,10 @@ const (
 type Config struct {
 	// Logger receives login, logout and error events; nil discards them.
 	Logger *slog.Logger
+	// ConnHook, if set, is called with +1 when a channel's login starts
+	// and with -1 when the channel ends (rdisk target sizes GOMAXPROCS
+	// with it).
+	ConnHook func(delta int)
 	// QueueDepth is the request limit (credits) granted to each channel
 	// at login; the channel posts one more receive buffer, for the
 	// initiator's responses to target requests.
@@ -390,6 +394,10 @@ func (t *Target) serve(l rdma.Listener, prov rdma.Provider) {
 		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
+			if h := t.cfg.ConnHook; h != nil {
+				h(1)
+				defer h(-1)
+			}
 			t.login(prov, req)
 		}()
 	}

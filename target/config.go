@@ -114,8 +114,11 @@ func (r *Running) Close() error {
 }
 
 // Start builds and starts a target from c.
-func Start(c *Config, p rdma.Provider, log *slog.Logger) (_ *Running, err error) {
-	t, err := nvmet.New(nvmet.Config{Provider: p, Logger: log})
+//
+// hook, if not nil, is told of I/O queues connecting (+1) and ending (-1);
+// see nvmeoftarget.Config.ConnHook.
+func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (_ *Running, err error) {
+	t, err := nvmet.New(nvmet.Config{Provider: p, Logger: log, ConnHook: hook})
 	if err != nil {
 		return nil, err
 	}

@@ -47,7 +47,7 @@ func TestStartNvmetcliConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, _ := iwarp.New(iwarp.Config{})
-	run, err := Start(c, p, slog.New(slog.DiscardHandler))
+	run, err := Start(c, p, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestStartErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		run, err := Start(c, p, slog.New(slog.DiscardHandler))
+		run, err := Start(c, p, slog.New(slog.DiscardHandler), nil)
 		if err == nil {
 			run.Close()
 			t.Errorf("Start(%s) succeeded", tc.json)
@@ -110,7 +110,7 @@ func FuzzParseStart(f *testing.F) {
 		for i := range c.Ports {
 			c.Ports[i].Addr.TrAddr, c.Ports[i].Addr.TrSvcID = "127.0.0.1", "0"
 		}
-		if run, err := Start(c, p, slog.New(slog.DiscardHandler)); err == nil {
+		if run, err := Start(c, p, slog.New(slog.DiscardHandler), nil); err == nil {
 			run.Close()
 		}
 	})

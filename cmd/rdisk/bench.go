@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/rdisk/rdisk/blockdev"
@@ -34,6 +35,7 @@ func benchCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 			&cli.StringFlag{Name: "plot", Usage: "draw IOPS/bandwidth over time and the latency distribution to FILE.svg or FILE.png"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line"},
+			cpusFlag("CPUs (Go Ps) to use (default: one per queue, like fio's thread per job, up to GOMAXPROCS or all CPUs)"),
 		),
 		Action: runBench,
 	}
@@ -120,6 +122,18 @@ func runBench(c *cli.Context) error {
 	queues := c.Int("queues")
 	if queues == 0 {
 		queues = jobs
+	}
+	maxp, err := maxProcs(c)
+	if err != nil {
+		return err
+	}
+	if adjustProcs(c) {
+		// One P per queue (procs.go says why); --cpus fixes the number.
+		n := min(queues, maxp)
+		if c.IsSet("cpus") {
+			n = maxp
+		}
+		runtime.GOMAXPROCS(n)
 	}
 	// Jobs share queues when there are fewer queues than jobs.
 	depth := qd * ((jobs + queues - 1) / queues)

@@ -185,10 +185,10 @@ func srpTargetFlags() []cli.Flag {
 // `rdisk target` calls it after target.Start, with the RAM disk the NVMe-oF
 // namespace uses:
 //
-//	st, su, err := startSRPTarget(c, p, disk, log)
+//	st, su, err := startSRPTarget(c, p, disk, log, hook)
 //	if err != nil { return err }
 //	if st != nil { defer st.Close(); fmt.Printf("rdisk target: serving LUN 0 over SRP on %s\n  %s\n", su.Addr(), su) }
-func startSRPTarget(c *cli.Context, p rdma.Provider, disk backstore.Disk, log *slog.Logger) (*srp.Target, srp.URL, error) {
+func startSRPTarget(c *cli.Context, p rdma.Provider, disk backstore.Disk, log *slog.Logger, hook func(int)) (*srp.Target, srp.URL, error) {
 	addr := c.String("srp-listen")
 	if addr == "" {
 		return nil, srp.URL{}, nil
@@ -210,7 +210,7 @@ func startSRPTarget(c *cli.Context, p rdma.Provider, disk backstore.Disk, log *s
 	if len(allow) == 0 && !anyInit {
 		return nil, srp.URL{}, fmt.Errorf("--srp-listen %s is not a loopback address: name the initiators allowed with --srp-allow, or pass --allow-any-host", addr)
 	}
-	t, err := srp.NewTarget(srp.Config{Logger: log})
+	t, err := srp.NewTarget(srp.Config{Logger: log, ConnHook: hook})
 	if err != nil {
 		return nil, srp.URL{}, err
 	}

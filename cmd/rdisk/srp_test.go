@@ -44,7 +44,7 @@ func TestSRPHooks(t *testing.T) {
 	}
 	var out bytes.Buffer
 	srpTestApp(t, &out, []string{"--srp-listen", "127.0.0.1:0"}, func(c *cli.Context) error {
-		st, u, err := startSRPTarget(c, p, disk, nil)
+		st, u, err := startSRPTarget(c, p, disk, nil, nil)
 		if err != nil {
 			return err
 		}
@@ -76,7 +76,7 @@ func TestSRPHooks(t *testing.T) {
 	})
 	// --srp-listen on a non-loopback address needs an ACL or --allow-any-host.
 	srpTestApp(t, &out, []string{"--srp-listen", "10.255.255.1:5555"}, func(c *cli.Context) error {
-		if _, _, err := startSRPTarget(c, p, disk, nil); err == nil || !strings.Contains(err.Error(), "--srp-allow") {
+		if _, _, err := startSRPTarget(c, p, disk, nil, nil); err == nil || !strings.Contains(err.Error(), "--srp-allow") {
 			t.Errorf("non-loopback without ACL: %v", err)
 		}
 		return nil
@@ -89,7 +89,7 @@ func TestSRPDiscoverJSON(t *testing.T) {
 	disk, _ := backstore.NewMem(4<<20, 4096)
 	var out bytes.Buffer
 	srpTestApp(t, &out, []string{"--srp-listen", "127.0.0.1:0", "--json"}, func(c *cli.Context) error {
-		st, u, err := startSRPTarget(c, p, disk, nil)
+		st, u, err := startSRPTarget(c, p, disk, nil, nil)
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 
 	"github.com/rdisk/rdisk/backstore"
@@ -51,6 +52,7 @@ also name "ram:SIZE" or "null:SIZE" as their device path.`,
 			&cli.StringFlag{Name: "iqn", Value: defaultIQN, Usage: "iSCSI target name"},
 			&cli.StringSliceFlag{Name: "allow-initiator", Usage: "iSCSI initiator IQN allowed to log in (repeatable)"},
 			&cli.StringFlag{Name: "config", Usage: "nvmetcli JSON configuration (replaces the flags above; NVMe-oF only)"},
+			cpusFlag("most CPUs (Go Ps) to use; rdisk uses one per connected queue up to this (default: GOMAXPROCS, or all CPUs)"),
 		}, srpTargetFlags()...),
 		Action: runTarget,
 	}
@@ -65,12 +67,20 @@ func runTarget(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	maxp, err := maxProcs(c)
+	if err != nil {
+		return err
+	}
+	var hook func(int)
+	if adjustProcs(c) {
+		hook = newProcGovernor(maxp, runtime.GOMAXPROCS).hook
+	}
 	p, err := iwarp.New(iwarp.Config{Logger: log})
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	run, err := target.Start(cfg, p, log)
+	run, err := target.Start(cfg, p, log, hook)
 	if err != nil {
 		return err
 	}
@@ -84,14 +94,14 @@ func runTarget(c *cli.Context) error {
 		fmt.Printf("  discover: rdisk discover nvme://%s   (Linux: nvme discover -t rdma -a %s -s %s)\n", addr, hostOf(addr), portOf(addr))
 	}
 	if addr := c.String("iscsi-listen"); addr != "" && c.String("config") == "" {
-		it, err := startISCSI(c, addr, run.Disks()[0], p, log)
+		it, err := startISCSI(c, addr, run.Disks()[0], p, log, hook)
 		if err != nil {
 			return err
 		}
 		defer it.Close()
 	}
 	if c.String("config") == "" && len(run.Disks()) > 0 {
-		st, su, err := startSRPTarget(c, p, run.Disks()[0], log)
+		st, su, err := startSRPTarget(c, p, run.Disks()[0], log, hook)
 		if err != nil {
 			return err
 		}
@@ -161,7 +171,7 @@ func targetConfig(c *cli.Context) (*target.Config, error) {
 }
 
 // startISCSI exports disk as LUN 0 of --iqn on an iSCSI/TCP and iSER portal.
-func startISCSI(c *cli.Context, addr string, disk backstore.Disk, p *iwarp.Provider, log *slog.Logger) (*iscsitarget.Target, error) {
+func startISCSI(c *cli.Context, addr string, disk backstore.Disk, p *iwarp.Provider, log *slog.Logger, hook func(int)) (*iscsitarget.Target, error) {
 	iqn := c.String("iqn")
 	allowed := c.StringSlice("allow-initiator")
 	host, _, err := net.SplitHostPort(addr)
@@ -174,7 +184,7 @@ func startISCSI(c *cli.Context, addr string, disk backstore.Disk, p *iwarp.Provi
 	it, err := iscsitarget.New(iscsitarget.Config{
 		Targets: []iscsitarget.TargetConfig{{Name: iqn, AllowedInitiators: allowed,
 			LUNs: []iscsitarget.LUNConfig{{LUN: 0, Disk: disk}}}},
-		Provider: p, Logger: log,
+		Provider: p, Logger: log, ConnHook: hook,
 	})
 	if err != nil {
 		return nil, err

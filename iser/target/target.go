@@ -54,6 +54,9 @@ type Config struct {
 	Provider MPAProvider
 	// Logger receives connection and session events; nil discards them.
 	Logger *slog.Logger
+	// ConnHook, if set, is called with +1 when a connection is accepted
+	// and with -1 when it ends (rdisk target sizes GOMAXPROCS with it).
+	ConnHook func(delta int)
 	// QueueDepth is the command window of each session (commands in
 	// flight); default DefaultQueueDepth, at most 1024.
 	QueueDepth int
@@ -371,6 +374,10 @@ func (t *Target) Serve(ctx context.Context, ln net.Listener) error {
 		go func() {
 			defer t.wg.Done()
 			defer t.untrack(c)
+			if h := t.cfg.ConnHook; h != nil {
+				h(1)
+				defer h(-1)
+			}
 			t.serveConn(c)
 		}()
 	}
