@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -114,6 +115,9 @@ func startDaemon(c *cli.Context) error {
 		if v := c.String(f); v != "" {
 			args = append(args, "--"+f, v)
 		}
+	}
+	if c.IsSet("cpus") {
+		args = append(args, "--cpus", strconv.Itoa(c.Int("cpus")))
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/initiator"
+	"github.com/rdisk/rdisk/initiator/nbd"
 	"github.com/rdisk/rdisk/nvmeof/host"
 	"github.com/rdisk/rdisk/rdma/iwarp"
 	"github.com/urfave/cli/v2"
@@ -33,6 +34,7 @@ func sessionFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.DurationFlag{Name: "loss-timeout", Value: initiator.DefaultLossTimeout, Usage: "how long I/O waits for a lost connection to come back before failing with EIO (like nvme-cli ctrl_loss_tmo; negative: forever)"},
 		&cli.DurationFlag{Name: "reconnect-delay", Value: initiator.DefaultReconnectDelay, Usage: "pause between reconnection attempts"},
+		cpusFlag("most CPUs (Go Ps) the initiator daemon uses; it uses one per NBD client connection up to this (default: GOMAXPROCS, or all CPUs)"),
 	}
 }
 
@@ -66,10 +68,19 @@ func runDaemon(c *cli.Context, mk dialerFactory, first *initiator.ConnectSpec) e
 		return err
 	}
 	defer release()
+	maxp, err := maxProcs(c)
+	if err != nil {
+		return err
+	}
+	var nbdCfg nbd.Config
+	if adjustProcs(c) {
+		// One P per NBD client connection (procs.go says why).
+		nbdCfg.ConnHook = newProcGovernor(maxp, runtime.GOMAXPROCS).hook
+	}
 	path := c.String("control")
 	d := initiator.NewDaemon(initiator.DaemonConfig{
 		Dialers: dialers, LossTimeout: c.Duration("loss-timeout"), ReconnectDelay: c.Duration("reconnect-delay"),
-		DefaultNBDDir: filepath.Dir(path), Logger: log,
+		DefaultNBDDir: filepath.Dir(path), Logger: log, NBD: nbdCfg,
 	})
 	defer d.Close()
 	l, err := initiator.ListenControl(path)

@@ -455,3 +455,35 @@ func TestTCP(t *testing.T) {
 		t.Fatalf("read: %d", e)
 	}
 }
+
+// TestConnHook checks the server reports each client connection while it
+// is served, and its end.
+func TestConnHook(t *testing.T) {
+	t.Parallel()
+	d := newMem(t, blockdevtest.MemConfig{Size: 1 << 20})
+	events := make(chan int, 4)
+	_, path := startServer(t, Config{ConnHook: func(delta int) { events <- delta }}, &Export{Name: "disk", Dev: d})
+	nc, br := dialRaw(t, path)
+	sendOption(t, nc, optExportName, []byte("disk"))
+	var b [10]byte
+	if _, err := io.ReadFull(br, b[:]); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-events; got != 1 {
+		t.Fatalf("first hook call %+d, want +1", got)
+	}
+	select {
+	case got := <-events:
+		t.Fatalf("hook called with %+d while the client is connected", got)
+	default:
+	}
+	nc.Close()
+	select {
+	case got := <-events:
+		if got != -1 {
+			t.Fatalf("hook called with %+d after the client left, want -1", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no hook call after the client left")
+	}
+}

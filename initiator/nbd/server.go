@@ -42,6 +42,10 @@ type Config struct {
 	// total is the largest request served without a copy (the maximum
 	// block size advertised) [32].
 	LargeChunks int
+	// ConnHook, if set, is called with +1 when a client connection is
+	// accepted and with -1 when it ends (rdisk's daemon sizes GOMAXPROCS
+	// with it).
+	ConnHook func(delta int)
 }
 
 // Server serves exports to NBD clients (fixed newstyle negotiation,
@@ -131,6 +135,10 @@ func (s *Server) Serve(l net.Listener) error {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
+			if h := s.cfg.ConnHook; h != nil {
+				h(1)
+				defer h(-1)
+			}
 			s.ServeConn(nc)
 		}()
 	}
