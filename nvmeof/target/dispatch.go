@@ -21,7 +21,7 @@ func (q *queue) start(slot, n int) error {
 		return nil
 	}
 	r.cmdSlot = slot
-	r.capsule = q.cmdBuf[slot*q.stride : slot*q.stride+n]
+	r.capsule = q.sqeBuf(slot)
 	copy(r.sqe[:], r.capsule)
 	r.status, r.result, r.errLoc, r.outLen = nvmeof.StatusSuccess, 0, nvmeof.ParamErrorLocationNone, 0
 	r.xfer, r.xferLen, r.keyed, r.inval, r.dir, r.nsid, r.lba, r.nseg = nil, 0, false, false, nvmeof.DirNone, 0, 0, 0
@@ -96,8 +96,9 @@ func (q *queue) start(slot, n int) error {
 				}
 			}
 		} else {
-			off := nvmeof.SQESize + int(sgl.Address())
-			r.xfer = r.capsule[off : off+length]
+			// CheckRDMA bounded offset+length by the data received.
+			off := int(sgl.Address())
+			r.xfer = q.inData(r.cmdSlot, n-nvmeof.SQESize)[off : off+length]
 		}
 	}
 	if r.kind == nvmeof.KindAsyncEventRequest {
@@ -105,6 +106,9 @@ func (q *queue) start(slot, n int) error {
 			return err
 		}
 		return c.parkAER(q, r)
+	}
+	if q.offload(r) {
+		return nil
 	}
 	q.execute(r)
 	return q.respond(r)
@@ -162,7 +166,7 @@ func (q *queue) repostCmd(r *rsp) error {
 	}
 	slot := r.cmdSlot
 	r.cmdSlot, r.capsule = -1, nil
-	return q.postRecv(slot)
+	return q.postRecvWith(&r.rwr, &r.rsge, slot)
 }
 
 // respond sends the completion (after the data for reads). Safe to call

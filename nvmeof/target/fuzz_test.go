@@ -49,7 +49,7 @@ func FuzzCommand(f *testing.F) {
 		// The capsule "arrives" in receive slot 0 without a real receive:
 		// give the queue a QP whose receive queue has room to repost it.
 		q.qp.Close()
-		if q.qp, err = q.pd.CreateQP(rdma.QPConfig{SendCQ: q.cq, RecvCQ: q.cq, MaxSendWR: 4 * q.depth, MaxRecvWR: q.depth, MaxSendSGE: maxDataSGE, MaxRecvSGE: 1}); err != nil {
+		if q.qp, err = q.pd.CreateQP(rdma.QPConfig{SendCQ: q.cq, RecvCQ: q.cq, MaxSendWR: 4 * q.depth, MaxRecvWR: q.depth, MaxSendSGE: maxDataSGE, MaxRecvSGE: 2}); err != nil {
 			t.Fatal(err)
 		}
 		if mode < 2 {
@@ -66,7 +66,11 @@ func FuzzCommand(f *testing.F) {
 		if len(capsule) > q.stride {
 			capsule = capsule[:q.stride]
 		}
-		copy(q.cmdBuf, capsule)
+		// A receive scatters the SQE and the in-capsule data.
+		copy(q.sqeBuf(0), capsule)
+		if len(capsule) > nvmeof.SQESize {
+			copy(q.inData(0, len(capsule)-nvmeof.SQESize), capsule[nvmeof.SQESize:])
+		}
 		if err := q.onCommand(0, len(capsule)); err != nil {
 			return // a capsule too short to answer breaks the queue, as in nvmet
 		}

@@ -22,17 +22,31 @@ type Config struct {
 	// Firmware is the firmware revision reported in Identify (8 chars max).
 	Firmware string
 	// ConnHook, if set, is called with +1 when an I/O queue connects and
-	// with -1 when it ends (rdisk target sizes GOMAXPROCS with it).
+	// with -1 when it ends, and likewise when a queue starts and stops its
+	// disk workers (rdisk target sizes GOMAXPROCS with it).
 	ConnHook func(delta int)
+	// Workers is the number of goroutines per I/O queue that run commands
+	// on direct-I/O disks (block devices, O_DIRECT files) and flushes of
+	// buffered files, so one queue keeps that many disk I/Os in flight;
+	// default DefaultWorkers. Other commands run on the queue's own
+	// goroutine.
+	Workers int
 }
+
+// DefaultWorkers is the default of Config.Workers: on the 2-core test
+// machine, 4 KiB reads at QD32 from a loop device reached 27-31k IOPS with
+// 4 workers, 23k with 8 and 17-19k with 32 (each a thread in pread), and
+// 4 is what the iSER target uses.
+const DefaultWorkers = 4
 
 // Target is an NVMe-oF target: subsystems exported through ports. It is
 // safe for concurrent use.
 type Target struct {
-	p    rdma.Provider
-	log  *slog.Logger
-	fw   string
-	hook func(delta int)
+	p       rdma.Provider
+	log     *slog.Logger
+	fw      string
+	hook    func(delta int)
+	workers int
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -65,7 +79,7 @@ func New(cfg Config) (*Target, error) {
 		fw = fw[:8]
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &Target{p: cfg.Provider, log: log, fw: fw, hook: cfg.ConnHook, ctx: ctx, cancel: cancel, started: time.Now(),
+	t := &Target{p: cfg.Provider, log: log, fw: fw, hook: cfg.ConnHook, workers: cfg.Workers, ctx: ctx, cancel: cancel, started: time.Now(),
 		subs: map[string]*Subsystem{}, ports: map[uint16]*Port{}, disc: map[*controller]bool{}, queues: map[*queue]bool{}}
 	t.discSub = &Subsystem{t: t, cfg: SubsystemConfig{NQN: nvmeof.DiscoveryNQN, Serial: "rdisk-discovery", Model: "rdisk discovery",
 		AllowAnyHost: true, CntlIDMin: 1, CntlIDMax: 0xffef}, ns: map[uint32]*Namespace{}, ctrls: map[uint16]*controller{}, hosts: map[string]bool{}, nextCID: 1}
