@@ -6,6 +6,7 @@
 #
 #   LAB=DIR              the lab (default: ../shared/lab next to the project root)
 #   NVME_MB=N            MiB written and verified (default 64)
+#   NVME_BACKING=loop    export a loop device (O_DIRECT) instead of a RAM disk
 #   RDISK_LOG_LEVEL=...  target log level in the guest (default info)
 #   NVME_LOG=FILE        full console log (default $TMPDIR/rdisk-nvme-linux-host.log)
 set -uo pipefail
@@ -25,7 +26,7 @@ trap 'rm -rf "$tmp"' EXIT
 echo "== building rdisk (CGO_ENABLED=0)"
 (cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -o "$tmp/rdisk" ./cmd/rdisk) || { echo "NVME-LINUX-HOST: FAIL (build)"; exit 1; }
 envs=()
-for v in NVME_MB RDISK_LOG_LEVEL; do
+for v in NVME_MB NVME_BACKING RDISK_LOG_LEVEL; do
   [[ -n ${!v:-} ]] && envs+=(--env "$v=${!v}")
 done
 log=${NVME_LOG:-${TMPDIR:-/tmp}/rdisk-nvme-linux-host.log}

@@ -23,7 +23,15 @@ step() { # step NAME RC
 
 lab_dummy_up
 rdma link add siw0 type siw netdev dummy0 || { echo "NVME-LINUX-HOST: FAIL (rdma link add)"; exit 1; }
-rdisk --log-level "${RDISK_LOG_LEVEL:-info}" target --listen $LAB_IP:4420 --allow-any-host --size 256MiB > /tmp/target.log 2>&1 &
+# NVME_BACKING=loop exports a loop device (O_DIRECT, the target's disk
+# workers, in-capsule writes to a direct-I/O device) instead of RAM.
+DISK="--size 256MiB"
+if [ "${NVME_BACKING:-ram}" = loop ]; then
+  truncate -s 256M /tmp/backing.img && LOOP=$(losetup -f) && losetup "$LOOP" /tmp/backing.img || { echo "NVME-LINUX-HOST: FAIL (losetup)"; exit 1; }
+  DISK="--device $LOOP"
+fi
+echo "target disk: $DISK"
+rdisk --log-level "${RDISK_LOG_LEVEL:-info}" target --listen $LAB_IP:4420 --allow-any-host $DISK > /tmp/target.log 2>&1 &
 TPID=$!
 sleep 1
 cat /tmp/target.log
