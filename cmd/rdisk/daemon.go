@@ -75,7 +75,7 @@ func runDaemon(c *cli.Context, mk dialerFactory, first *initiator.ConnectSpec) e
 	var nbdCfg nbd.Config
 	if adjustProcs(c) {
 		// One P per NBD client connection (procs.go says why).
-		nbdCfg.ConnHook = newProcGovernor(maxp, runtime.GOMAXPROCS).hook
+		nbdCfg.ConnHook = newProcGovernor(maxp, runtime.GOMAXPROCS, log).hook
 	}
 	path := c.String("control")
 	d := initiator.NewDaemon(initiator.DaemonConfig{

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"sync"
@@ -51,14 +52,15 @@ func adjustProcs(c *cli.Context) bool {
 type procGovernor struct {
 	max int
 	set func(int) int // runtime.GOMAXPROCS; replaced in tests
+	log *slog.Logger
 
 	mu     sync.Mutex
 	queues int
 	cur    int
 }
 
-func newProcGovernor(max int, set func(int) int) *procGovernor {
-	g := &procGovernor{max: max, set: set}
+func newProcGovernor(max int, set func(int) int, log *slog.Logger) *procGovernor {
+	g := &procGovernor{max: max, set: set, log: log}
 	g.apply()
 	return g
 }
@@ -77,5 +79,6 @@ func (g *procGovernor) apply() {
 	if n != g.cur {
 		g.set(n)
 		g.cur = n
+		g.log.Debug("GOMAXPROCS set", "procs", n, "busy_queues", g.queues, "max", g.max)
 	}
 }

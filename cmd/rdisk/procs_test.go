@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -16,7 +17,7 @@ func TestProcGovernor(t *testing.T) {
 		sets = append(sets, n)
 		return 0
 	}
-	g := newProcGovernor(3, set)
+	g := newProcGovernor(3, set, slog.New(slog.DiscardHandler))
 	// One P with no queue; one per queue up to 3; back down as they end.
 	for _, d := range []int{1, 1, 1, 1, 1, -1, -1, -1, -1, -1} {
 		g.hook(d)

@@ -73,7 +73,7 @@ func runTarget(c *cli.Context) error {
 	}
 	var hook func(int)
 	if adjustProcs(c) {
-		hook = newProcGovernor(maxp, runtime.GOMAXPROCS).hook
+		hook = newProcGovernor(maxp, runtime.GOMAXPROCS, log).hook
 	}
 	p, err := iwarp.New(iwarp.Config{Logger: log})
 	if err != nil {
