@@ -50,7 +50,7 @@ its control socket, which only root (or the daemon's user) may use.`,
 		Flags: append(append([]cli.Flag{
 			controlFlag(),
 			&cli.BoolFlag{Name: "exit-when-idle", Usage: "exit when the last session is disconnected"},
-		}, sessionFlags()...), hostIDFlags()...),
+		}, sessionFlags()...), append(hostIDFlags(), iscsiFlags()...)...),
 		Action: func(c *cli.Context) error { return runDaemon(c, mk, nil) },
 	}
 }
@@ -123,7 +123,10 @@ func runDaemon(c *cli.Context, mk dialerFactory, first *initiator.ConnectSpec) e
 
 // protocolDialers wires the protocols rdisk speaks: nvme:// through the
 // NVMe-oF host over the software iWARP provider (one provider for all
-// sessions).
+// sessions), iser:// and iscsi:// through the iSCSI initiator, srp://
+// through the SRP initiator (these open their own provider per
+// connection, as rdisk bench does). The daemon's own flags give the
+// iSCSI initiator name and CHAP credentials.
 func protocolDialers(c *cli.Context, log *slog.Logger) (initiator.Dialers, func(), error) {
 	id, err := identityFromFlags(c)
 	if err != nil {
@@ -145,12 +148,19 @@ func protocolDialers(c *cli.Context, log *slog.Logger) (initiator.Dialers, func(
 		}
 		return nvmeDevice{ns}, nil
 	}
-	notYet := func(scheme string) initiator.Dialer {
-		return func(context.Context, string) (blockdev.Device, error) {
-			return nil, fmt.Errorf("%s:// URLs are not supported yet (rdisk speaks nvme:// now)", scheme)
-		}
+	iscsiOpts, err := iscsiOptionsFromFlags(c)
+	if err != nil {
+		p.Close()
+		return nil, nil, err
 	}
-	return initiator.Dialers{"nvme": nvme, "iser": notYet("iser"), "srp": notYet("srp")}, func() { p.Close() }, nil
+	iscsiOpts.Logger = log
+	iscsi := func(ctx context.Context, url string) (blockdev.Device, error) {
+		return openISCSIDevice(ctx, url, iscsiOpts)
+	}
+	srpDial := func(ctx context.Context, url string) (blockdev.Device, error) {
+		return openSRPDevice(ctx, url, srpOptions{Queues: cfg.IOQueues, Depth: 128, Logger: log})
+	}
+	return initiator.Dialers{"nvme": nvme, "iser": iscsi, "iscsi": iscsi, "srp": srpDial}, func() { p.Close() }, nil
 }
 
 // nvmeDevice tells the session when the controller failed, so it
