@@ -523,3 +523,146 @@ func TestConnectISERAndSRPFioVerify(t *testing.T) {
 	}
 	mustRdisk(t, "disconnect", "--control", sock, "--all")
 }
+
+// scsiTestTarget is an in-process iSCSI/iSER portal or SRP target port
+// over one file disk that can be stopped and started again on the same
+// address.
+type scsiTestTarget struct {
+	t     *testing.T
+	proto string // "iser", "iscsi" or "srp"
+	img   string
+	addr  string
+
+	prov   *iwarp.Provider
+	disk   backstore.Disk
+	cancel context.CancelFunc
+	close  func()
+	url    string
+}
+
+const scsiTestIQN = "iqn.2026-11.io.rdisk:reconnect-test"
+
+func startSCSITarget(t *testing.T, proto string) *scsiTestTarget {
+	t.Helper()
+	tt := &scsiTestTarget{t: t, proto: proto, img: filepath.Join(t.TempDir(), "disk.img"), addr: "127.0.0.1:0"}
+	if err := tt.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tt.stop)
+	return tt
+}
+
+func (tt *scsiTestTarget) start() error {
+	disk, err := backstore.OpenFile(tt.img, backstore.FileOptions{Size: 128 << 20, Create: true})
+	if err != nil {
+		return err
+	}
+	p, err := iwarp.New(iwarp.Config{})
+	if err != nil {
+		disk.Close()
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	fail := func(err error) error {
+		cancel()
+		p.Close()
+		disk.Close()
+		return err
+	}
+	if tt.proto == "srp" {
+		st, err := srp.NewTarget(srp.Config{})
+		if err != nil {
+			return fail(err)
+		}
+		port, err := st.AddPort(srp.PortConfig{IDExt: 1, IOCGUID: 2, AllowAnyInitiator: true})
+		if err == nil {
+			var lu *scsi.LU
+			if lu, err = scsi.NewLU(disk, scsi.LUConfig{Name: "lun0", MaxTransferBlocks: uint32(st.Config().MaxTransfer / 512)}); err == nil {
+				err = port.Map(0, lu)
+			}
+		}
+		var la net.Addr
+		if err == nil {
+			la, err = st.Listen(ctx, p, tt.addr)
+		}
+		if err != nil {
+			st.Close()
+			return fail(err)
+		}
+		tt.addr, tt.url, tt.close = la.String(), port.URL(la.String()).String()+"/0", func() { st.Close() }
+	} else {
+		it, err := iscsitarget.New(iscsitarget.Config{Provider: p,
+			Targets: []iscsitarget.TargetConfig{{Name: scsiTestIQN, LUNs: []iscsitarget.LUNConfig{{LUN: 0, Disk: disk}}}}})
+		if err != nil {
+			return fail(err)
+		}
+		ln, err := net.Listen("tcp", tt.addr)
+		if err != nil {
+			it.Close()
+			return fail(err)
+		}
+		go it.Serve(ctx, ln)
+		tt.addr = ln.Addr().String()
+		tt.url, tt.close = tt.proto+"://"+tt.addr+"/"+scsiTestIQN+"/0", func() { it.Close() }
+	}
+	tt.prov, tt.disk, tt.cancel = p, disk, cancel
+	return nil
+}
+
+func (tt *scsiTestTarget) stop() {
+	if tt.close == nil {
+		return
+	}
+	tt.cancel()
+	tt.close()
+	tt.prov.Close()
+	tt.disk.Close()
+	tt.close = nil
+}
+
+// TestConnectReconnectSCSIFioVerify is TestConnectReconnectFioVerify over
+// iSER, iSCSI/TCP and SRP.
+func TestConnectReconnectSCSIFioVerify(t *testing.T) {
+	t.Parallel()
+	needFioNBD(t)
+	for _, proto := range []string{"iser", "iscsi", "srp"} {
+		t.Run(proto, func(t *testing.T) {
+			t.Parallel()
+			tt := startSCSITarget(t, proto)
+			sock := startTestDaemon(t, "--reconnect-delay", "100ms", "--loss-timeout", "60s")
+			nbdSock := filepath.Join(t.TempDir(), "d.nbd")
+			mustRdisk(t, append([]string{"connect", "--control", sock, "--name", "d", "--nbd", "unix:" + nbdSock}, append(hostFlags, tt.url)...)...)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			type result struct {
+				out string
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				out, err := fioVerify(t, ctx, nbdSock, "d", "96M")
+				done <- result{out, err}
+			}()
+			deadline := time.Now().Add(30 * time.Second)
+			for writesOf(t, sock) < 2000 {
+				if time.Now().After(deadline) {
+					t.Fatal("fio did not get going")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			tt.stop()
+			time.Sleep(300 * time.Millisecond)
+			if err := tt.start(); err != nil {
+				t.Fatalf("restarting the target: %v", err)
+			}
+			res := <-done
+			if res.err != nil || !strings.Contains(res.out, "err= 0") {
+				t.Fatalf("fio verify across a target restart: %v\n%s", res.err, res.out)
+			}
+			js := mustRdisk(t, "list", "--control", sock, "--json")
+			if !strings.Contains(js, `"reconnects": 1`) || !strings.Contains(js, `"errors": 0`) {
+				t.Errorf("after the restart:\n%s", js)
+			}
+		})
+	}
+}
