@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime"
 
 	"github.com/rdisk/rdisk/internal/units"
 	"github.com/rdisk/rdisk/rdma/iwarp"
@@ -23,6 +24,7 @@ func rdmaPerfCommand() *cli.Command {
 				Usage: "serve rdma-perf clients",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "listen", Value: defaultPerfAddr, Usage: "address to listen on (host:port)"},
+					cpusFlag("most CPUs (Go Ps) to use; one per connected client up to this (default: GOMAXPROCS, or all CPUs)"),
 				},
 				Action: func(c *cli.Context) error {
 					log, err := logger(c)
@@ -39,8 +41,16 @@ func rdmaPerfCommand() *cli.Command {
 						return err
 					}
 					defer ln.Close()
+					maxp, err := maxProcs(c)
+					if err != nil {
+						return err
+					}
+					var hook func(int)
+					if adjustProcs(c) {
+						hook = newProcGovernor(maxp, runtime.GOMAXPROCS, log).hook
+					}
 					fmt.Printf("rdma-perf server listening on %s (software iWARP); run: rdisk rdma-perf client %s --op write\n", ln.Addr(), ln.Addr())
-					return rdmaperf.Serve(c.Context, p, ln, log)
+					return rdmaperf.Serve(c.Context, p, ln, log, hook)
 				},
 			},
 			{
@@ -53,6 +63,7 @@ func rdmaPerfCommand() *cli.Command {
 					&cli.IntFlag{Name: "qd", Value: 16, Usage: "operations in flight"},
 					&cli.DurationFlag{Name: "duration", Value: 5e9, Usage: "how long to measure"},
 					&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+					cpusFlag("CPUs (Go Ps) to use (default 1: one QP, like the target and bench use one per queue)"),
 				},
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
@@ -69,6 +80,17 @@ func rdmaPerfCommand() *cli.Command {
 					log, err := logger(c)
 					if err != nil {
 						return err
+					}
+					maxp, err := maxProcs(c)
+					if err != nil {
+						return err
+					}
+					if adjustProcs(c) {
+						n := 1
+						if c.IsSet("cpus") {
+							n = maxp
+						}
+						runtime.GOMAXPROCS(n)
 					}
 					p, err := iwarp.New(iwarp.Config{Logger: log})
 					if err != nil {

@@ -97,8 +97,9 @@ func parseRequest(b []byte) (request, error) {
 }
 
 // Serve accepts rdma-perf clients on ln until ctx is done. Each client is
-// served on its own goroutine.
-func Serve(ctx context.Context, p rdma.Provider, ln rdma.Listener, log *slog.Logger) error {
+// served on its own goroutine; hook, if not nil, is called with +1 when a
+// client connects and -1 when it leaves (rdisk sizes GOMAXPROCS with it).
+func Serve(ctx context.Context, p rdma.Provider, ln rdma.Listener, log *slog.Logger, hook func(delta int)) error {
 	for {
 		req, err := ln.Accept(ctx)
 		if err != nil {
@@ -108,6 +109,10 @@ func Serve(ctx context.Context, p rdma.Provider, ln rdma.Listener, log *slog.Log
 			return fmt.Errorf("accepting: %w", err)
 		}
 		go func() {
+			if hook != nil {
+				hook(1)
+				defer hook(-1)
+			}
 			if err := serveOne(ctx, p, req); err != nil {
 				log.Warn("rdma-perf client failed", "peer", req.RemoteAddr(), "err", err)
 			} else {

@@ -3,6 +3,7 @@ package rdmaperf
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +23,14 @@ func TestRunAgainstServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	go Serve(ctx, p, ln, slog.New(slog.DiscardHandler))
+	var clients atomic.Int64
+	var connects atomic.Int64
+	go Serve(ctx, p, ln, slog.New(slog.DiscardHandler), func(d int) {
+		clients.Add(int64(d))
+		if d > 0 {
+			connects.Add(1)
+		}
+	})
 	for _, op := range []Op{OpWrite, OpRead, OpSend} {
 		r, err := Run(ctx, p, ln.Addr().String(), Options{Op: op, Size: 4096, QD: 4, Duration: 200 * time.Millisecond})
 		if err != nil {
@@ -31,6 +39,14 @@ func TestRunAgainstServe(t *testing.T) {
 		if r.Ops == 0 || r.BW <= 0 || r.Lat.P50 <= 0 || r.Lat.P99 < r.Lat.P50 || r.Bytes != r.Ops*4096 {
 			t.Fatalf("%s: implausible result %+v", op, r)
 		}
+	}
+	// The hook saw the three clients come and (eventually) go.
+	deadline := time.Now().Add(10 * time.Second)
+	for clients.Load() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if connects.Load() != 3 || clients.Load() != 0 {
+		t.Fatalf("hook: %d connects, %d clients left, want 3 and 0", connects.Load(), clients.Load())
 	}
 }
 
