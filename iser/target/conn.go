@@ -138,15 +138,18 @@ type conn struct {
 // extraSlots are slots beyond the command window for immediate commands.
 const extraSlots = 8
 
+// taskSlots is the number of task slots of a connection with a command
+// window of depth. A slot is freed only once its response has been sent,
+// but the response already opened the window for the next command, which
+// can arrive first: up to a window of commands plus a window of responses
+// still being sent can hold slots. With fewer, the receive loop could wait
+// in getTask for a slot only its own send completions free. Transports
+// size their per-task resources with it too.
+func taskSlots(depth int) int { return 2 * (depth + extraSlots) }
+
 func newConn(t *Target, ls iser.Session, x transport, log *slog.Logger) *conn {
-	depth := int(t.cfg.QueueDepth)
-	// A slot is freed only once its response has been sent, but the
-	// response already opened the window for the next command, which can
-	// arrive first: up to a window of commands plus a window of responses
-	// still being sent can hold slots. With fewer, the receive loop could
-	// wait in getTask for a slot only its own send completions free.
-	// (Data buffers are allocated per slot on first use.)
-	n := 2 * (depth + extraSlots)
+	// Data buffers are allocated per slot on first use.
+	n := taskSlots(int(t.cfg.QueueDepth))
 	c := &conn{t: t, params: ls.Params, log: log, x: x, maxXfr: t.cfg.MaxTransfer,
 		tasks: make([]task, n), free: make([]*task, 0, n), byITT: make(map[uint32]*task, n),
 		held: map[uint32]*task{}, win: ls.CmdWindow, work: make(chan *task, n), done: make(chan struct{})}

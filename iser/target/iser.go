@@ -88,7 +88,8 @@ func (t *Target) serveISER(req rdma.ConnRequest) {
 	log := t.log.With("peer", req.RemoteAddr().String(), "transport", "iser")
 	cm, _ := iser.ParseISERCM(req.PrivateData())
 	acc, sendInv := iser.AcceptFor(cm, !t.cfg.NoSendWithInvalidate)
-	ntasks := t.cfg.QueueDepth + extraSlots
+	// One send buffer, MR and work request per task slot of the conn.
+	ntasks := taskSlots(t.cfg.QueueDepth)
 	x := &iserConn{t: t, req: req, sendInv: sendInv, ntasks: ntasks, nrecv: t.cfg.QueueDepth + extraRecvs}
 	if err := x.alloc(); err != nil {
 		log.Warn("iser: no resources for a connection", "err", err)
