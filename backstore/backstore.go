@@ -62,6 +62,19 @@ type Viewer interface {
 	ViewAt(segs [][]byte, off int64, n int) (int, error)
 }
 
+// NoWaitReader is implemented by disks that can serve a read at once when
+// its data is cached (buffered files: preadv2 with RWF_NOWAIT). A transport
+// tries it on its own goroutine and hands the read to a worker only when it
+// is not done, as Linux nvmet's file backend does (IOCB_NOWAIT first, then
+// its buffered-I/O workqueue).
+type NoWaitReader interface {
+	// ReadAtNoWait reads p at off, like ReadAt, when the whole range can be
+	// read without waiting for a device, and returns true. Otherwise it
+	// returns false, counts nothing, and the caller uses ReadAt. Requests
+	// ReadAt refuses are refused the same way.
+	ReadAtNoWait(p []byte, off int64) (bool, error)
+}
+
 // Discarder is implemented by disks that can deallocate (unmap/trim) a range;
 // later reads of the range return zeroes.
 type Discarder interface {

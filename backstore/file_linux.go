@@ -54,6 +54,7 @@ type File struct {
 // Compile-time checks of the optional capabilities.
 var (
 	_ VectoredDisk   = (*File)(nil)
+	_ NoWaitReader   = (*File)(nil)
 	_ Discarder      = (*File)(nil)
 	_ ZeroWriter     = (*File)(nil)
 	_ HealthReporter = (*File)(nil)
@@ -185,6 +186,10 @@ func (f *File) ReadAt(p []byte, off int64) error { return f.d.readAt(p, off) }
 
 // ReadvAt fills bufs, in order, from offset off with preadv.
 func (f *File) ReadvAt(bufs [][]byte, off int64) error { return f.d.readvAt(bufs, off) }
+
+// ReadAtNoWait reads p at off when it is in the page cache (see
+// NoWaitReader); a file opened with Direct always declines.
+func (f *File) ReadAtNoWait(p []byte, off int64) (bool, error) { return f.d.readAtNoWait(p, off) }
 
 // WriteAt writes p at offset off with pwrite; see File for FUA.
 func (f *File) WriteAt(p []byte, off int64, flags WriteFlags) error {

@@ -3,6 +3,7 @@
 package backstore
 
 import (
+	"bytes"
 	"errors"
 	"io/fs"
 	"os"
@@ -317,4 +318,77 @@ func TestFileCloseWhileBusy(t *testing.T) {
 	if _, err := f.Health(); err != nil {
 		t.Errorf("Health after Close: %v", err)
 	}
+}
+
+// TestFileReadAtNoWait: cached data is read at once; after the pages are
+// dropped, and on direct I/O, the read declines without counting; bad
+// ranges are refused as by ReadAt.
+func TestFileReadAtNoWait(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "nowait.img")
+	f, err := OpenFile(path, FileOptions{Create: true, Size: 1 << 20, BlockSize: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	want := make([]byte, 64<<10)
+	for i := range want {
+		want[i] = byte(i*13 + 7)
+	}
+	if err := f.WriteAt(want, 128<<10, 0); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(want))
+	done, err := f.ReadAtNoWait(got, 128<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.d.noNowait.Load() {
+		t.Skip("this kernel or file system has no RWF_NOWAIT reads")
+	}
+	if !done || !bytes.Equal(got, want) {
+		t.Fatalf("cached read: done %v, equal %v", done, bytes.Equal(got, want))
+	}
+	before := f.Stats().Read.Ops
+	// Drop the pages (clean them first): the read must not wait for the disk.
+	if err := f.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(f.d.fd, 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := f.ReadAtNoWait(got, 128<<10); err != nil || done {
+		// tmpfs keeps its pages: nothing to drop there.
+		if !onTmpfs(t, path) {
+			t.Fatalf("uncached read: done %v, err %v; want a decline", done, err)
+		}
+	} else if f.Stats().Read.Ops != before {
+		t.Fatal("a declined read was counted")
+	}
+	if err := f.ReadAt(got, 128<<10); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("ReadAt after the decline: %v", err)
+	}
+	if _, err := f.ReadAtNoWait(got[:100], 0); !isRangeErr(err) {
+		t.Fatalf("unaligned: %v, want a RangeError", err)
+	}
+	if _, err := f.ReadAtNoWait(got, 1<<20); !isRangeErr(err) {
+		t.Fatalf("past the end: %v, want a RangeError", err)
+	}
+	d, err := OpenFile(filepath.Join(t.TempDir(), "direct.img"), FileOptions{Create: true, Size: 1 << 20, BlockSize: 512, Direct: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	buf := AlignedBuffer(4096, 4096)
+	if done, err := d.ReadAtNoWait(buf, 0); done || err != nil {
+		t.Fatalf("direct file: done %v, err %v; want a decline", done, err)
+	}
+}
+
+func onTmpfs(t *testing.T, path string) bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Type == unix.TMPFS_MAGIC
 }

@@ -31,6 +31,7 @@ type fdDisk struct {
 	memAlign int         // direct I/O: buffer address alignment
 	lenAlign int         // direct I/O: scatter segment length alignment
 	noDsync  atomic.Bool // pwritev2(RWF_DSYNC) unsupported: FUA = write + fdatasync
+	noNowait atomic.Bool // preadv2(RWF_NOWAIT) unsupported: readAtNoWait always declines
 	zeroOnce sync.Once
 	zeroBuf  []byte // zeroes for write-zeroes fallbacks, allocated on first need
 	stats    statsCollector
@@ -97,6 +98,47 @@ func (d *fdDisk) readAt(p []byte, off int64) error {
 		return fmt.Errorf("reading %d bytes at offset %d of %s: %w", len(p), off, d.name, err)
 	}
 	return nil
+}
+
+// readAtNoWait reads p from the page cache only (preadv2 with RWF_NOWAIT).
+// It declines (false, nothing counted) when part of the range is not
+// cached, on direct I/O, and where the kernel or file system cannot tell.
+func (d *fdDisk) readAtNoWait(p []byte, off int64) (bool, error) {
+	if err := d.check(OpRead, off, int64(len(p)), false); err != nil {
+		return false, err
+	}
+	if d.direct || d.noNowait.Load() {
+		return false, nil
+	}
+	fd, err := d.acquire()
+	if err != nil {
+		return false, err
+	}
+	start := d.stats.now()
+	iov := [1]unix.Iovec{{Base: unsafe.SliceData(p)}}
+	iov[0].SetLen(len(p))
+	var n int
+	for {
+		n, err = rawRW(unix.SYS_PREADV2, fd, iov[:], off, unix.RWF_NOWAIT)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	d.mu.RUnlock()
+	switch {
+	case err == unix.EAGAIN:
+		return false, nil
+	case err == unix.EOPNOTSUPP || err == unix.ENOSYS || err == unix.EINVAL:
+		d.noNowait.Store(true)
+		return false, nil
+	case err != nil:
+		d.stats.read.done(int64(len(p)), d.stats.since(start), err)
+		return false, fmt.Errorf("reading %d bytes at offset %d of %s: %w", len(p), off, d.name, err)
+	case n < len(p):
+		return false, nil // partly cached: ReadAt finishes it
+	}
+	d.stats.read.done(int64(len(p)), d.stats.since(start), nil)
+	return true, nil
 }
 
 func (d *fdDisk) readvAt(bufs [][]byte, off int64) error {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -292,6 +293,39 @@ func TestLoopbackConformanceFile(t *testing.T) {
 				return openLoop(t, lt, cfg)
 			})
 		})
+	}
+}
+
+// noWaitDisk is a RAM disk that looks like a buffered file: every other
+// ReadAtNoWait declines (data "not cached"), so reads run both inline and
+// on the target's workers.
+type noWaitDisk struct {
+	*syncDisk
+	calls, declined atomic.Int64
+}
+
+func (d *noWaitDisk) ReadAtNoWait(p []byte, off int64) (bool, error) {
+	if d.calls.Add(1)%2 == 0 {
+		d.declined.Add(1)
+		return false, nil
+	}
+	return true, d.ReadAt(p, off)
+}
+
+// TestLoopbackConformanceNoWait runs the conformance suite on a disk whose
+// reads are tried without waiting first and, when declined, run on the
+// target's workers.
+func TestLoopbackConformanceNoWait(t *testing.T) {
+	t.Parallel()
+	d := &noWaitDisk{syncDisk: memDisk(t, 8<<20, true)}
+	lt := startTargetDisk(t, d, target.PortConfig{}, target.SubsystemConfig{})
+	blockdevtest.Run(t, func(t *testing.T) blockdev.Device {
+		cfg := hostConfig()
+		cfg.IOQueues, cfg.QueueDepth = 2, 16
+		return openLoop(t, lt, cfg)
+	})
+	if d.declined.Load() == 0 || d.calls.Load() == d.declined.Load() {
+		t.Fatalf("%d no-wait reads, %d declined: want both paths used", d.calls.Load(), d.declined.Load())
 	}
 }
 

@@ -25,6 +25,7 @@ func (q *queue) start(slot, n int) error {
 	copy(r.sqe[:], r.capsule)
 	r.status, r.result, r.errLoc, r.outLen = nvmeof.StatusSuccess, 0, nvmeof.ParamErrorLocationNone, 0
 	r.xfer, r.xferLen, r.keyed, r.inval, r.dir, r.nsid, r.lba, r.nseg = nil, 0, false, false, nvmeof.DirNone, 0, 0, 0
+	r.onWorker, r.wantWorker = false, false
 	r.sqhd = q.sqhd
 	if q.sqflow {
 		r.sqhd = nvmeof.SQHeadDisabled
@@ -111,6 +112,10 @@ func (q *queue) start(slot, n int) error {
 		return nil
 	}
 	q.execute(r)
+	if r.wantWorker {
+		q.toWorker(r)
+		return nil
+	}
 	return q.respond(r)
 }
 

@@ -45,6 +45,17 @@ func (c *controller) io(q *queue, r *rsp, sqe nvmeof.SQE) {
 					return
 				}
 			}
+			if nw, ok := disk.(backstore.NoWaitReader); ok && !r.onWorker {
+				// On the queue goroutine: from the page cache, or on a
+				// worker (see mayBlock).
+				done, err := nw.ReadAtNoWait(r.xfer[:length], off)
+				if err != nil {
+					r.status = ioStatus(err, false)
+				} else if !done {
+					r.wantWorker = true
+				}
+				return
+			}
 			if err := disk.ReadAt(r.xfer[:length], off); err != nil {
 				r.status = ioStatus(err, false)
 				return

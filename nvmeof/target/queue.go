@@ -81,6 +81,9 @@ type rsp struct {
 	// The receive reposted for cmdSlot: a worker may repost it.
 	rwr  rdma.RecvWR
 	rsge [2]rdma.SGE
+	// onWorker: the command runs on a worker (may block); wantWorker: run
+	// inline, it found it must block (an uncached read) and asks for one.
+	onWorker, wantWorker bool
 }
 
 // queue is one NVMe/RDMA queue pair: admin (qid 0) or I/O.
@@ -275,6 +278,14 @@ func (q *queue) offload(r *rsp) bool {
 	} else if n := c.sub.namespace(r.nsid); n == nil || !mayBlock(n.cfg.Disk, r.kind) {
 		return false
 	}
+	q.toWorker(r)
+	return true
+}
+
+// toWorker queues r for the workers, starting them on first use. Called
+// only by the queue goroutine.
+func (q *queue) toWorker(r *rsp) {
+	r.onWorker, r.wantWorker = true, false
 	if q.work == nil {
 		w := q.t.workers
 		if w <= 0 {
@@ -293,17 +304,17 @@ func (q *queue) offload(r *rsp) bool {
 		}
 	}
 	q.work <- r
-	return true
 }
 
 // mayBlock tells whether a command of kind on disk may wait for a device,
 // so that it runs on a worker instead of holding up the queue. Direct I/O
 // (block devices, files opened with O_DIRECT) always waits for the device,
 // and a device serves many requests at once. Buffered files mostly hit the
-// page cache, where a hand-off to a worker costs more than the read (4 KiB
+// page cache, where a hand-off to a worker costs more than the I/O (4 KiB
 // reads from a cached file: about 130k IOPS inline on one queue, 45-55k
-// through 32 workers), so only their Flush (fdatasync) is offloaded. RAM
-// and null disks never wait.
+// through 32 workers): their reads run inline with RWF_NOWAIT and go to a
+// worker only when not cached (io.go), their writes run inline, and only
+// their Flush (fdatasync) is offloaded. RAM and null disks never wait.
 func mayBlock(d backstore.Disk, kind nvmeof.CommandKind) bool {
 	switch d.(type) {
 	case *backstore.Mem, *backstore.Null:
@@ -422,6 +433,10 @@ func (q *queue) complete(wc *rdma.WC) error {
 			return nil
 		}
 		q.execute(r)
+		if r.wantWorker {
+			q.toWorker(r)
+			return nil
+		}
 		return q.respond(r)
 	case rdma.OpSend, rdma.OpSendWithInv:
 		return q.release(r)
