@@ -33,6 +33,7 @@ type tcpLink struct {
 	quit  chan struct{}
 	once  sync.Once
 	rdone chan struct{}
+	sdone chan struct{} // closed when the sender has stopped touching slots
 }
 
 // txItem is a command to send, or Data-Out answering an R2T.
@@ -104,7 +105,7 @@ func dialTCP(ctx context.Context, addr string, lcfg *iser.InitiatorConfig, cfg *
 	r.SetMaxRecvDataSegmentLength(int(ls.Params.MaxRecvDataSegmentLength))
 	s := newSession(*cfg, iser.TransportTCP, addr, ls)
 	l := &tcpLink{s: s, nc: nc, r: r, bw: bw, w: w, data: make([]byte, ls.Params.MaxRecvDataSegmentLength),
-		wake: make(chan struct{}, 1), quit: make(chan struct{}), rdone: make(chan struct{})}
+		wake: make(chan struct{}, 1), quit: make(chan struct{}), rdone: make(chan struct{}), sdone: make(chan struct{})}
 	s.lk = l
 	go l.recv()
 	go l.sender()
@@ -159,7 +160,10 @@ func (l *tcpLink) recv() {
 	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		err = fmt.Errorf("connection closed: %w", io.EOF)
 	}
-	s.fail(err)
+	s.fail(err) // closes the connection: the sender stops
+	// The sweep completes the slots in flight and hands their buffers
+	// back: the sender must be done writing them first.
+	<-l.sdone
 	s.sweep()
 }
 
@@ -208,6 +212,7 @@ func (l *tcpLink) r2t(p iser.PDU) error {
 // sender writes queued PDUs, one flush per batch.
 func (l *tcpLink) sender() {
 	s := l.s
+	defer close(l.sdone)
 	for {
 		select {
 		case <-l.wake:
