@@ -35,7 +35,7 @@ func benchCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 			&cli.StringFlag{Name: "plot", Usage: "draw IOPS/bandwidth over time and the latency distribution to FILE.svg or FILE.png"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line"},
-			cpusFlag("CPUs (Go Ps) to use (default: one per queue, like fio's thread per job, up to GOMAXPROCS or all CPUs)"),
+			cpusFlag("CPUs (Go Ps) to use", "one per queue, like fio's thread per job, up to $GOMAXPROCS or all CPUs"),
 		),
 		Action: runBench,
 	}

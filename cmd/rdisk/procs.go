@@ -22,9 +22,10 @@ import (
 // to 2.5-3.0 GB/s and 4 KiB reads at QD32 by a quarter, while four queues
 // still get both cores.
 
-// cpusFlag is the --cpus flag of commands that size GOMAXPROCS.
-func cpusFlag(usage string) cli.Flag {
-	return &cli.IntFlag{Name: "cpus", Usage: usage}
+// cpusFlag is the --cpus flag of commands that size GOMAXPROCS; def says
+// what happens without it.
+func cpusFlag(usage, def string) cli.Flag {
+	return &cli.IntFlag{Name: "cpus", Usage: usage, DefaultText: def}
 }
 
 // maxProcs returns the most Ps the command may use: --cpus when given

@@ -24,7 +24,7 @@ func rdmaPerfCommand() *cli.Command {
 				Usage: "serve rdma-perf clients",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "listen", Value: defaultPerfAddr, Usage: "address to listen on (host:port)"},
-					cpusFlag("most CPUs (Go Ps) to use; one per connected client up to this (default: GOMAXPROCS, or all CPUs)"),
+					cpusFlag("most CPUs (Go Ps) to use; one per connected client up to this", "$GOMAXPROCS, else all CPUs"),
 				},
 				Action: func(c *cli.Context) error {
 					log, err := logger(c)
@@ -63,7 +63,7 @@ func rdmaPerfCommand() *cli.Command {
 					&cli.IntFlag{Name: "qd", Value: 16, Usage: "operations in flight"},
 					&cli.DurationFlag{Name: "duration", Value: 5e9, Usage: "how long to measure"},
 					&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
-					cpusFlag("CPUs (Go Ps) to use (default 1: one QP, like the target and bench use one per queue)"),
+					cpusFlag("CPUs (Go Ps) to use", "1: one QP, as the target and bench use one per queue"),
 				},
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {

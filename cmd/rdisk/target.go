@@ -52,7 +52,7 @@ also name "ram:SIZE" or "null:SIZE" as their device path.`,
 			&cli.StringFlag{Name: "iqn", Value: defaultIQN, Usage: "iSCSI target name"},
 			&cli.StringSliceFlag{Name: "allow-initiator", Usage: "iSCSI initiator IQN allowed to log in (repeatable)"},
 			&cli.StringFlag{Name: "config", Usage: "nvmetcli JSON configuration (replaces the flags above; NVMe-oF only)"},
-			cpusFlag("most CPUs (Go Ps) to use; rdisk uses one per connected queue up to this (default: GOMAXPROCS, or all CPUs)"),
+			cpusFlag("most CPUs (Go Ps) to use; rdisk uses one per connected queue up to this", "$GOMAXPROCS, else all CPUs"),
 		}, srpTargetFlags()...),
 		Action: runTarget,
 	}
