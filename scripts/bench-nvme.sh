@@ -4,7 +4,9 @@
 #   tcpstream and pingpong tools from ../shared/peers/gotools, when present),
 #   rdisk rdma-perf, then rdisk bench against rdisk target (RAM disk):
 #   4 KiB randread QD32 with 1 and 4 queues, 128 KiB sequential read and
-#   write QD8. Quote ratios from one run of this script.
+#   write QD8, and the issue-4 goal ratios (4 KiB 1 queue vs the TCP
+#   request/response rate, 128 KiB read vs the TCP stream) of this run.
+#   Quote ratios from one run of this script.
 # Usage: scripts/bench-nvme.sh [SECONDS]   (default 5)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,10 +21,10 @@ TOOLS=$ROOT/../shared/peers/gotools
 if [[ -d $TOOLS ]] && (cd "$TOOLS" && go build -o "$tmp/tcpstream" ./tcpstream && go build -o "$tmp/pingpong" ./pingpong); then
 	echo "== raw TCP stream (128 KiB writes, ${DUR}s)"
 	"$tmp/tcpstream" -mode recv -addr 127.0.0.1:15301 >/dev/null & pids+=($!); sleep 0.3
-	"$tmp/tcpstream" -mode send -addr 127.0.0.1:15301 -dur "${DUR}s" -wsize 131072 | tail -1
+	"$tmp/tcpstream" -mode send -addr 127.0.0.1:15301 -dur "${DUR}s" -wsize 131072 | tail -1 | tee "$tmp/stream.out"
 	echo "== raw TCP request/response 64 B -> 4 KiB, depth 32, 1 connection"
 	"$tmp/pingpong" -mode server -addr 127.0.0.1:15402 -conns 1 -resp 4096 >/dev/null & pids+=($!); sleep 0.3
-	"$tmp/pingpong" -mode client -addr 127.0.0.1:15402 -conns 1 -depth 32 -resp 4096 -dur "${DUR}s" | tail -1
+	"$tmp/pingpong" -mode client -addr 127.0.0.1:15402 -conns 1 -depth 32 -resp 4096 -dur "${DUR}s" | tail -1 | tee "$tmp/pingpong.out"
 else
 	echo "== raw TCP baselines skipped: ../shared/peers/gotools not found"
 fi
@@ -35,7 +37,19 @@ echo "== rdisk bench against rdisk target (1 GiB RAM disk)"
 "$R" target --listen 127.0.0.1:14421 --iscsi-listen "" --srp-listen "" >/dev/null 2>&1 & pids+=($!); sleep 1
 U=nvme://127.0.0.1:14421/nqn.2026-11.io.rdisk:default/1
 "$R" bench $U --rw write --bs 128KiB --qd 8 --runtime 3s -q --size 256MiB >/dev/null
+i=0
 for a in "--rw randread --bs 4KiB --qd 32 --jobs 1" "--rw randread --bs 4KiB --qd 32 --jobs 4" "--rw read --bs 128KiB --qd 8 --jobs 1" "--rw write --bs 128KiB --qd 8 --jobs 1"; do
 	echo "-- rdisk bench $a"
-	"$R" bench $U $a --runtime "${DUR}s" -q --size 256MiB | grep -E "IOPS|errors"
+	"$R" bench $U $a --runtime "${DUR}s" -q --size 256MiB --json > "$tmp/bench$i.json"
+	awk -F'[:,]' '/^  "iops"/ {iops=$2} /^  "bw_bytes_per_sec"/ {bw=$2} /^  "errors"/ {err=$2}
+		END {printf "  IOPS=%.1fk BW=%.2f GB/s errors=%d\n", iops/1000, bw/1e9, err}' "$tmp/bench$i.json"
+	i=$((i+1))
 done
+if [[ -s $tmp/stream.out && -s $tmp/pingpong.out ]]; then
+	val() { grep -o "\"$2\": [0-9.e+]*" "$1" | head -1 | awk '{print $2}'; }
+	stream=$(grep -ao 'Gbit_per_s=[0-9.]*' "$tmp/stream.out" | cut -d= -f2)
+	rps=$(grep -ao 'rps=[0-9.]*' "$tmp/pingpong.out" | cut -d= -f2)
+	awk -v iops="$(val "$tmp/bench0.json" iops)" -v rps="$rps" -v bw="$(val "$tmp/bench2.json" bw_bytes_per_sec)" -v gbit="$stream" 'BEGIN {
+		printf "== goals (this run): 4 KiB 1 queue = %.1f%% of TCP req/resp (goal 35%%); 128 KiB read = %.1f%% of TCP stream (goal 70%%)\n",
+			100*iops/rps, 100*bw*8/(gbit*1e9) }'
+fi
