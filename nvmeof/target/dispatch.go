@@ -108,6 +108,13 @@ func (q *queue) start(slot, n int) error {
 		}
 		return c.parkAER(q, r)
 	}
+	return q.run(r)
+}
+
+// run executes a command whose host data is in place and responds: on a
+// worker when it may wait for a device (offload), else here, moving to a
+// worker if it finds it must wait after all (an uncached read).
+func (q *queue) run(r *rsp) error {
 	if q.offload(r) {
 		return nil
 	}

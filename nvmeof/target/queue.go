@@ -429,15 +429,7 @@ func (q *queue) complete(wc *rdma.WC) error {
 	r := &q.rsps[int(wc.ID-wrTag)]
 	switch wc.Op {
 	case rdma.OpRDMARead:
-		if q.offload(r) {
-			return nil
-		}
-		q.execute(r)
-		if r.wantWorker {
-			q.toWorker(r)
-			return nil
-		}
-		return q.respond(r)
+		return q.run(r)
 	case rdma.OpSend, rdma.OpSendWithInv:
 		return q.release(r)
 	}
