@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"runtime"
 	"strings"
 
 	"github.com/rdisk/rdisk/blockdev"
@@ -123,17 +122,9 @@ func runBench(c *cli.Context) error {
 	if queues == 0 {
 		queues = jobs
 	}
-	maxp, err := maxProcs(c)
-	if err != nil {
+	// One P per queue (procs.go says why); --cpus fixes the number.
+	if err := setProcs(c, queues); err != nil {
 		return err
-	}
-	if adjustProcs(c) {
-		// One P per queue (procs.go says why); --cpus fixes the number.
-		n := min(queues, maxp)
-		if c.IsSet("cpus") {
-			n = maxp
-		}
-		runtime.GOMAXPROCS(n)
 	}
 	// Jobs share queues when there are fewer queues than jobs.
 	depth := qd * ((jobs + queues - 1) / queues)

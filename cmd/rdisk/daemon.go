@@ -68,14 +68,10 @@ func runDaemon(c *cli.Context, mk dialerFactory, first *initiator.ConnectSpec) e
 		return err
 	}
 	defer release()
-	maxp, err := maxProcs(c)
-	if err != nil {
-		return err
-	}
+	// One P per NBD client connection (procs.go says why).
 	var nbdCfg nbd.Config
-	if adjustProcs(c) {
-		// One P per NBD client connection (procs.go says why).
-		nbdCfg.ConnHook = newProcGovernor(maxp, runtime.GOMAXPROCS, log).hook
+	if nbdCfg.ConnHook, err = procHook(c, log); err != nil {
+		return err
 	}
 	path := c.String("control")
 	d := initiator.NewDaemon(initiator.DaemonConfig{

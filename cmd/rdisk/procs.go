@@ -48,6 +48,32 @@ func adjustProcs(c *cli.Context) bool {
 	return c.IsSet("cpus") || os.Getenv("GOMAXPROCS") == ""
 }
 
+// procHook returns the connection hook of a server that keeps one P per
+// busy connection (see procGovernor), or nil when rdisk leaves GOMAXPROCS
+// alone (adjustProcs).
+func procHook(c *cli.Context, log *slog.Logger) (func(delta int), error) {
+	maxp, err := maxProcs(c)
+	if err != nil || !adjustProcs(c) {
+		return nil, err
+	}
+	return newProcGovernor(maxp, runtime.GOMAXPROCS, log).hook, nil
+}
+
+// setProcs gives a client one P per queue it drives: n, at most
+// maxProcs, or exactly --cpus when given; nothing when rdisk leaves
+// GOMAXPROCS alone (adjustProcs).
+func setProcs(c *cli.Context, n int) error {
+	maxp, err := maxProcs(c)
+	if err != nil || !adjustProcs(c) {
+		return err
+	}
+	if c.IsSet("cpus") {
+		n = maxp
+	}
+	runtime.GOMAXPROCS(min(n, maxp))
+	return nil
+}
+
 // procGovernor keeps GOMAXPROCS at the number of busy queues, between 1 and
 // max. Targets report queues through hook.
 type procGovernor struct {

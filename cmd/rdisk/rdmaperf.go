@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"runtime"
 
 	"github.com/rdisk/rdisk/internal/units"
 	"github.com/rdisk/rdisk/rdma/iwarp"
@@ -41,13 +40,9 @@ func rdmaPerfCommand() *cli.Command {
 						return err
 					}
 					defer ln.Close()
-					maxp, err := maxProcs(c)
+					hook, err := procHook(c, log)
 					if err != nil {
 						return err
-					}
-					var hook func(int)
-					if adjustProcs(c) {
-						hook = newProcGovernor(maxp, runtime.GOMAXPROCS, log).hook
 					}
 					fmt.Printf("rdma-perf server listening on %s (software iWARP); run: rdisk rdma-perf client %s --op write\n", ln.Addr(), ln.Addr())
 					return rdmaperf.Serve(c.Context, p, ln, log, hook)
@@ -81,16 +76,8 @@ func rdmaPerfCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					maxp, err := maxProcs(c)
-					if err != nil {
+					if err := setProcs(c, 1); err != nil { // one QP
 						return err
-					}
-					if adjustProcs(c) {
-						n := 1
-						if c.IsSet("cpus") {
-							n = maxp
-						}
-						runtime.GOMAXPROCS(n)
 					}
 					p, err := iwarp.New(iwarp.Config{Logger: log})
 					if err != nil {

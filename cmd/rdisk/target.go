@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"runtime"
 	"strconv"
 
 	"github.com/rdisk/rdisk/backstore"
@@ -67,13 +66,9 @@ func runTarget(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	maxp, err := maxProcs(c)
+	hook, err := procHook(c, log)
 	if err != nil {
 		return err
-	}
-	var hook func(int)
-	if adjustProcs(c) {
-		hook = newProcGovernor(maxp, runtime.GOMAXPROCS, log).hook
 	}
 	p, err := iwarp.New(iwarp.Config{Logger: log})
 	if err != nil {
