@@ -451,63 +451,12 @@ func TestConnectErrors(t *testing.T) {
 func TestConnectISERAndSRPFioVerify(t *testing.T) {
 	t.Parallel()
 	needFioNBD(t)
-	p, err := iwarp.New(iwarp.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	newDisk := func() backstore.Disk {
-		d, err := backstore.NewMem(64<<20, 512)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		return d
-	}
-	// iSCSI/iSER portal.
-	const iqn = "iqn.2026-11.io.rdisk:connect-test"
-	it, err := iscsitarget.New(iscsitarget.Config{Provider: p,
-		Targets: []iscsitarget.TargetConfig{{Name: iqn, LUNs: []iscsitarget.LUNConfig{{LUN: 0, Disk: newDisk()}}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(func() { cancel(); it.Close() })
-	go it.Serve(ctx, ln)
-	// SRP target.
-	st, err := srp.NewTarget(srp.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	port, err := st.AddPort(srp.PortConfig{IDExt: 1, IOCGUID: 2, AllowAnyInitiator: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lu, err := scsi.NewLU(newDisk(), scsi.LUConfig{Name: "lun0", MaxTransferBlocks: uint32(st.Config().MaxTransfer / 512)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := port.Map(0, lu); err != nil {
-		t.Fatal(err)
-	}
-	la, err := st.Listen(ctx, p, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	sock := startTestDaemon(t)
-	urls := map[string]string{
-		"iser":  "iser://" + ln.Addr().String() + "/" + iqn + "/0",
-		"iscsi": "iscsi://" + ln.Addr().String() + "/" + iqn + "/0",
-		"srp":   port.URL(la.String()).String() + "/0",
-	}
-	for _, name := range []string{"iser", "iscsi", "srp"} {
+	protos := []string{"iser", "iscsi", "srp"}
+	for _, name := range protos {
+		tt := startSCSITarget(t, name)
 		nbdSock := filepath.Join(t.TempDir(), name+".nbd")
-		mustRdisk(t, append([]string{"connect", "--control", sock, "--name", name, "--nbd", "unix:" + nbdSock}, append(hostFlags, urls[name])...)...)
+		mustRdisk(t, append([]string{"connect", "--control", sock, "--name", name, "--nbd", "unix:" + nbdSock}, append(hostFlags, tt.url)...)...)
 		fctx, fcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		out, err := fioVerify(t, fctx, nbdSock, name, "16M")
 		fcancel()
@@ -516,7 +465,7 @@ func TestConnectISERAndSRPFioVerify(t *testing.T) {
 		}
 	}
 	list := mustRdisk(t, "list", "--control", sock)
-	for _, name := range []string{"iser", "iscsi", "srp"} {
+	for _, name := range protos {
 		if !strings.Contains(list, name) {
 			t.Errorf("list lacks %s:\n%s", name, list)
 		}
