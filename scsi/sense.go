@@ -319,3 +319,16 @@ func ParseSense(b []byte) (Sense, error) {
 	}
 	return s, nil
 }
+
+// EncodeFixedSense writes fixed-format sense data (SPC-4 4.5.3) for an
+// error a transport finds itself, before the command reaches the core, and
+// returns its length (SenseFixedLen, or less when b is shorter). field >= 0
+// adds a sense-key-specific field pointer (C/D set) to that byte of the
+// command (the CDB, or the transport's command IU).
+func EncodeFixedSense(b []byte, key SenseKey, asc ASC, field int) int {
+	s := senseInfo{key: key, asc: asc}
+	if field >= 0 {
+		s = s.fieldPointer(true, field, -1)
+	}
+	return encodeSense(b, s, false)
+}

@@ -87,7 +87,7 @@ func TestGoldenSizes(t *testing.T) {
 
 func uaSense() []byte {
 	b := make([]byte, 18)
-	fixedSense(b, scsi.KeyUnitAttention, scsi.ASCCapacityDataChanged, -1)
+	scsi.EncodeFixedSense(b, scsi.KeyUnitAttention, scsi.ASCCapacityDataChanged, -1)
 	return b
 }
 
@@ -123,7 +123,7 @@ func TestGoldenEncode(t *testing.T) {
 	b = make([]byte, CmdSize)
 	cf := CmdFields{SolNot: SolNotSuccessful | SolNotFailed, DataOutFmt: DescDirect, DataInFmt: DescIndirect, DataOutCount: 3,
 		Tag: 0x0102030405060708, LUN: scsi.EncodeLUN(5), TaskAttr: AttrOrdered, AddCDBLen: 4}
-	copy(cf.CDB[:], read10(0x10, 8))
+	copy(cf.CDB[:], []byte{scsi.OpRead10, 0, 0, 0, 0, 0x10, 0, 0, 8, 0}) // READ(10) LBA 0x10, 8 blocks
 	Cmd(b).Encode(&cf)
 	check("cmd", b, goldenCmd)
 	b = make([]byte, RspSize+18)

@@ -21,7 +21,7 @@ import (
 	nvmet "github.com/rdisk/rdisk/nvmeof/target"
 	"github.com/rdisk/rdisk/rdma/iwarp"
 	"github.com/rdisk/rdisk/scsi"
-	"github.com/rdisk/rdisk/srp"
+	srptarget "github.com/rdisk/rdisk/srp/target"
 	"github.com/urfave/cli/v2"
 )
 
@@ -519,11 +519,11 @@ func (tt *scsiTestTarget) start() error {
 		return err
 	}
 	if tt.proto == "srp" {
-		st, err := srp.NewTarget(srp.Config{})
+		st, err := srptarget.New(srptarget.Config{})
 		if err != nil {
 			return fail(err)
 		}
-		port, err := st.AddPort(srp.PortConfig{IDExt: 1, IOCGUID: 2, AllowAnyInitiator: true})
+		port, err := st.AddPort(srptarget.PortConfig{IDExt: 1, IOCGUID: 2, AllowAnyInitiator: true})
 		if err == nil {
 			var lu *scsi.LU
 			if lu, err = scsi.NewLU(disk, scsi.LUConfig{Name: "lun0", MaxTransferBlocks: uint32(st.Config().MaxTransfer / 512)}); err == nil {

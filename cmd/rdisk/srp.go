@@ -31,6 +31,8 @@ import (
 	"github.com/rdisk/rdisk/rdma/iwarp"
 	"github.com/rdisk/rdisk/scsi"
 	"github.com/rdisk/rdisk/srp"
+	srpinitiator "github.com/rdisk/rdisk/srp/initiator"
+	srptarget "github.com/rdisk/rdisk/srp/target"
 	"github.com/urfave/cli/v2"
 )
 
@@ -50,7 +52,7 @@ type srpOptions struct {
 
 // srpDevice closes its provider with the device.
 type srpDevice struct {
-	*srp.Device
+	*srpinitiator.Device
 	p *iwarp.Provider
 }
 
@@ -60,8 +62,8 @@ func (d *srpDevice) Close() error {
 	return err
 }
 
-func srpInitiatorConfig(opts srpOptions) (srp.InitiatorConfig, error) {
-	cfg := srp.InitiatorConfig{Logger: opts.Logger, Channels: opts.Queues, QueueDepth: opts.Depth}
+func srpInitiatorConfig(opts srpOptions) (srpinitiator.Config, error) {
+	cfg := srpinitiator.Config{Logger: opts.Logger, Channels: opts.Queues, QueueDepth: opts.Depth}
 	if opts.InitiatorPortID != "" {
 		id, err := srp.ParsePortID(opts.InitiatorPortID)
 		if err != nil {
@@ -90,7 +92,7 @@ func openSRPDevice(ctx context.Context, rawURL string, opts srpOptions) (blockde
 	if err != nil {
 		return nil, err
 	}
-	d, err := srp.Open(ctx, p, u, cfg)
+	d, err := srpinitiator.Open(ctx, p, u, cfg)
 	if err != nil {
 		p.Close()
 		return nil, err
@@ -115,31 +117,31 @@ func discoverSRP(c *cli.Context, rawURL string) error {
 		return err
 	}
 	defer p.Close()
-	luns, err := srp.Discover(c.Context, p, u, srp.InitiatorConfig{Logger: log})
+	luns, err := srpinitiator.Discover(c.Context, p, u, srpinitiator.Config{Logger: log})
 	if err != nil {
 		return err
 	}
 	if c.Bool("json") {
 		return printJSON(c.App.Writer, struct {
-			Target    string        `json:"target"`
-			IDExt     string        `json:"id_ext"`
-			IOCGUID   string        `json:"ioc_guid"`
-			AddTarget string        `json:"linux_add_target"`
-			LUNs      []srp.LUNInfo `json:"luns"`
+			Target    string                 `json:"target"`
+			IDExt     string                 `json:"id_ext"`
+			IOCGUID   string                 `json:"ioc_guid"`
+			AddTarget string                 `json:"linux_add_target"`
+			LUNs      []srpinitiator.LUNInfo `json:"luns"`
 		}{u.String(), srp.FormatGUID(u.IDExt), srp.FormatGUID(u.IOCGUID), u.AddTarget(), nonNil(luns)})
 	}
 	printSRPLUNs(c.App.Writer, u, luns)
 	return nil
 }
 
-func nonNil(l []srp.LUNInfo) []srp.LUNInfo {
+func nonNil(l []srpinitiator.LUNInfo) []srpinitiator.LUNInfo {
 	if l == nil {
-		return []srp.LUNInfo{}
+		return []srpinitiator.LUNInfo{}
 	}
 	return l
 }
 
-func printSRPLUNs(w io.Writer, u srp.URL, luns []srp.LUNInfo) {
+func printSRPLUNs(w io.Writer, u srp.URL, luns []srpinitiator.LUNInfo) {
 	fmt.Fprintf(w, "SRP target port id_ext=%016x ioc_guid=%016x at %s: %d LUN(s)\n", u.IDExt, u.IOCGUID, u.Addr(), len(luns))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "URL\tLUN\tTYPE\tVENDOR\tPRODUCT\tREV\tSIZE\tBLOCK")
@@ -188,7 +190,7 @@ func srpTargetFlags() []cli.Flag {
 //	st, su, err := startSRPTarget(c, p, disk, log, hook)
 //	if err != nil { return err }
 //	if st != nil { defer st.Close(); fmt.Printf("rdisk target: serving LUN 0 over SRP on %s\n  %s\n", su.Addr(), su) }
-func startSRPTarget(c *cli.Context, p rdma.Provider, disk backstore.Disk, log *slog.Logger, hook func(int)) (*srp.Target, srp.URL, error) {
+func startSRPTarget(c *cli.Context, p rdma.Provider, disk backstore.Disk, log *slog.Logger, hook func(int)) (*srptarget.Target, srp.URL, error) {
 	addr := c.String("srp-listen")
 	if addr == "" {
 		return nil, srp.URL{}, nil
@@ -210,15 +212,15 @@ func startSRPTarget(c *cli.Context, p rdma.Provider, disk backstore.Disk, log *s
 	if len(allow) == 0 && !anyInit {
 		return nil, srp.URL{}, fmt.Errorf("--srp-listen %s is not a loopback address: name the initiators allowed with --srp-allow, or pass --allow-any-host", addr)
 	}
-	t, err := srp.NewTarget(srp.Config{Logger: log, ConnHook: hook})
+	t, err := srptarget.New(srptarget.Config{Logger: log, ConnHook: hook})
 	if err != nil {
 		return nil, srp.URL{}, err
 	}
-	fail := func(err error) (*srp.Target, srp.URL, error) {
+	fail := func(err error) (*srptarget.Target, srp.URL, error) {
 		t.Close()
 		return nil, srp.URL{}, err
 	}
-	port, err := t.AddPort(srp.PortConfig{IDExt: idExt, IOCGUID: ioc, AllowedInitiators: allow, AllowAnyInitiator: anyInit})
+	port, err := t.AddPort(srptarget.PortConfig{IDExt: idExt, IOCGUID: ioc, AllowedInitiators: allow, AllowAnyInitiator: anyInit})
 	if err != nil {
 		return fail(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/rdisk/rdisk/rdma/iwarp"
 	"github.com/rdisk/rdisk/scsi"
 	"github.com/rdisk/rdisk/srp"
+	srptarget "github.com/rdisk/rdisk/srp/target"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,7 +34,7 @@ func main() {
 	bs := flag.Int("block-size", 512, "logical block size")
 	idExt := flag.String("id-ext", srp.FormatGUID(srp.DefaultIDExt), "target port id_ext (hex)")
 	ioc := flag.String("ioc-guid", srp.FormatGUID(srp.DefaultIOCGUID), "target port ioc_guid (hex)")
-	depth := flag.Int("queue-depth", 0, "credits per channel (default: srp.DefaultQueueDepth)")
+	depth := flag.Int("queue-depth", 0, "credits per channel (default: srptarget.DefaultQueueDepth)")
 	level := flag.String("log-level", "info", "debug, info, warn or error")
 	reset := flag.String("sg-reset", "", "only ask the kernel for a SCSI device reset of this block device, then exit")
 	flag.Parse()
@@ -81,11 +82,11 @@ func run(listen, size string, bs int, idExt, ioc string, depth int, level string
 		return err
 	}
 	defer p.Close()
-	t, err := srp.NewTarget(srp.Config{Logger: log, QueueDepth: depth})
+	t, err := srptarget.New(srptarget.Config{Logger: log, QueueDepth: depth})
 	if err != nil {
 		return err
 	}
-	port, err := t.AddPort(srp.PortConfig{IDExt: ext, IOCGUID: guid, AllowAnyInitiator: true})
+	port, err := t.AddPort(srptarget.PortConfig{IDExt: ext, IOCGUID: guid, AllowAnyInitiator: true})
 	if err != nil {
 		return err
 	}

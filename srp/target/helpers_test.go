@@ -1,9 +1,12 @@
-package srp
+package target
 
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"github.com/rdisk/rdisk/rdma"
+	"github.com/rdisk/rdisk/srp"
+	"github.com/rdisk/rdisk/srp/initiator"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -32,7 +35,7 @@ const (
 	testIOCGUID = 0x8899aabbccddeeff
 )
 
-var testTargetID = MakePortID(testIDExt, testIOCGUID)
+var testTargetID = srp.MakePortID(testIDExt, testIOCGUID)
 
 // loopTarget is an SRP target on 127.0.0.1 over the pure-Go iWARP provider.
 type loopTarget struct {
@@ -50,7 +53,7 @@ func startTarget(t testing.TB, cfg Config, pc PortConfig, disk backstore.Disk) *
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger()
 	}
-	tg, err := NewTarget(cfg)
+	tg, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +107,7 @@ func testCtx(t testing.TB) context.Context {
 }
 
 // login logs in to lt's port with cfg.
-func login(t testing.TB, lt *loopTarget, cfg InitiatorConfig) *Session {
+func login(t testing.TB, lt *loopTarget, cfg initiator.Config) *initiator.Session {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger()
@@ -113,7 +116,7 @@ func login(t testing.TB, lt *loopTarget, cfg InitiatorConfig) *Session {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Login(testCtx(t), p, lt.addr, testTargetID, cfg)
+	s, err := initiator.Login(testCtx(t), p, lt.addr, testTargetID, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +125,7 @@ func login(t testing.TB, lt *loopTarget, cfg InitiatorConfig) *Session {
 }
 
 // openDev logs in and opens LUN 0 as a blockdev.Device.
-func openDev(t testing.TB, lt *loopTarget, cfg InitiatorConfig) *Device {
+func openDev(t testing.TB, lt *loopTarget, cfg initiator.Config) *initiator.Device {
 	t.Helper()
 	s := login(t, lt, cfg)
 	d, err := s.Device(testCtx(t), 0)
@@ -366,20 +369,28 @@ func (c *rawConn) recv(d time.Duration) []byte {
 }
 
 // rawLoginFields is a login request for the test port from initiator ipid.
-func rawLoginFields(ipid PortID) LoginReqFields {
-	return LoginReqFields{Tag: 0x1234, ReqITIULen: 512, ReqBufFmt: BufFmtDirect | BufFmtIndirect, InitiatorPortID: ipid, TargetPortID: testTargetID}
+func rawLoginFields(ipid srp.PortID) srp.LoginReqFields {
+	return srp.LoginReqFields{Tag: 0x1234, ReqITIULen: 512, ReqBufFmt: srp.BufFmtDirect | srp.BufFmtIndirect, InitiatorPortID: ipid, TargetPortID: testTargetID}
 }
 
-func loginPD(f LoginReqFields) []byte {
-	b := make([]byte, LoginReqRDMASize)
-	LoginReqRDMA(b).Encode(&f)
+func loginPD(f srp.LoginReqFields) []byte {
+	b := make([]byte, srp.LoginReqRDMASize)
+	srp.LoginReqRDMA(b).Encode(&f)
 	return b
 }
 
 // clearUA clears the unit attentions of a new nexus on LUN 0.
-func clearUA(t testing.TB, s *Session) {
+func clearUA(t testing.TB, s *initiator.Session) {
 	t.Helper()
-	if err := s.execUA(testCtx(t), &Command{CDB: make([]byte, 6)}); err != nil {
+	var err error
+	for range 5 {
+		err = s.Exec(testCtx(t), 0, &initiator.Command{CDB: make([]byte, 6)})
+		var se *initiator.SCSIError
+		if !errors.As(err, &se) || se.Parsed.Key != scsi.KeyUnitAttention {
+			break
+		}
+	}
+	if err != nil {
 		t.Fatalf("TEST UNIT READY: %v", err)
 	}
 }

@@ -1,9 +1,10 @@
-package srp
+package initiator
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rdisk/rdisk/srp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -152,7 +153,7 @@ const ErrAborted = errorString("srp: command aborted by task management")
 
 // LogoutError is the error of requests on a channel the target logged out
 // with SRP_T_LOGOUT. It matches blockdev.ErrClosed.
-type LogoutError struct{ Reason TLogoutReason }
+type LogoutError struct{ Reason srp.TLogoutReason }
 
 // Error gives the logout reason.
 func (e *LogoutError) Error() string {
@@ -440,32 +441,32 @@ func (ch *ichannel) onRecv(i, n int) bool {
 		ch.fail(fmt.Errorf("srp: empty IU from the target"))
 		return false
 	}
-	op := Opcode(b[0])
+	op := srp.Opcode(b[0])
 	var err error
 	switch op {
-	case OpRsp:
+	case srp.OpRsp:
 		err = ch.onRsp(b)
-	case OpCredReq:
-		var f CredReqFields
-		if f, err = ParseCredReq(b); err == nil {
+	case srp.OpCredReq:
+		var f srp.CredReqFields
+		if f, err = srp.ParseCredReq(b); err == nil {
 			ch.credReqs.Add(1)
 			ch.addCredits(f.ReqLimDelta)
-			err = ch.answer(OpCredRsp, f.Tag)
+			err = ch.answer(srp.OpCredRsp, f.Tag)
 		}
-	case OpAERReq:
-		var f AERReqFields
+	case srp.OpAERReq:
+		var f srp.AERReqFields
 		var sense []byte
-		if f, sense, err = ParseAERReq(b); err == nil {
+		if f, sense, err = srp.ParseAERReq(b); err == nil {
 			ch.aerCount.Add(1)
 			ch.addCredits(f.ReqLimDelta)
 			if h := ch.s.cfg.OnAER; h != nil {
 				lun, _ := scsi.DecodeLUN(f.LUN)
 				h(lun, append([]byte(nil), sense...))
 			}
-			err = ch.answer(OpAERRsp, f.Tag)
+			err = ch.answer(srp.OpAERRsp, f.Tag)
 		}
-	case OpTLogout:
-		f, perr := ParseTLogout(b)
+	case srp.OpTLogout:
+		f, perr := srp.ParseTLogout(b)
 		if perr != nil {
 			err = perr
 			break
@@ -495,17 +496,17 @@ func (ch *ichannel) onRecv(i, n int) bool {
 // answer sends an SRP_CRED_RSP or SRP_AER_RSP. Initiator responses use no
 // credit; the target has at most one request outstanding, so two buffers
 // used in turn are enough.
-func (ch *ichannel) answer(op Opcode, tag uint64) error {
-	off := ch.irspTurn * CredRspSize
+func (ch *ichannel) answer(op srp.Opcode, tag uint64) error {
+	off := ch.irspTurn * srp.CredRspSize
 	ch.irspTurn ^= 1
-	EncodeInitiatorRsp(ch.irsp[off:off+CredRspSize], op, tag)
-	sge := [1]rdma.SGE{{MR: ch.irspMR, Offset: off, Length: CredRspSize}}
+	srp.EncodeInitiatorRsp(ch.irsp[off:off+srp.CredRspSize], op, tag)
+	sge := [1]rdma.SGE{{MR: ch.irspMR, Offset: off, Length: srp.CredRspSize}}
 	wr := rdma.SendWR{ID: iwrIRsp, Op: rdma.OpSend, SGL: sge[:]}
 	return ch.qp.PostSend(&wr)
 }
 
 func (ch *ichannel) onRsp(b []byte) error {
-	r, err := ParseRsp(b)
+	r, err := srp.ParseRsp(b)
 	if err != nil {
 		return err
 	}
@@ -661,9 +662,9 @@ func (ch *ichannel) logout() {
 		return
 	default:
 	}
-	b := ch.irsp[2*CredRspSize : 2*CredRspSize+ILogoutSize]
-	EncodeILogout(b, 0)
-	sge := [1]rdma.SGE{{MR: ch.irspMR, Offset: 2 * CredRspSize, Length: ILogoutSize}}
+	b := ch.irsp[2*srp.CredRspSize : 2*srp.CredRspSize+srp.ILogoutSize]
+	srp.EncodeILogout(b, 0)
+	sge := [1]rdma.SGE{{MR: ch.irspMR, Offset: 2 * srp.CredRspSize, Length: srp.ILogoutSize}}
 	wr := rdma.SendWR{ID: iwrLogout, Op: rdma.OpSend, Flags: rdma.Signaled, SGL: sge[:]}
 	if err := ch.qp.PostSend(&wr); err != nil {
 		return
@@ -711,3 +712,7 @@ func (ch *ichannel) releaseResources() {
 		ch.cq.Close()
 	}
 }
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }

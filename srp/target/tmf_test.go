@@ -1,9 +1,11 @@
-package srp
+package target
 
 import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"github.com/rdisk/rdisk/srp"
+	"github.com/rdisk/rdisk/srp/initiator"
 	"testing"
 	"time"
 
@@ -26,18 +28,18 @@ func write10(lba uint32, blocks uint16) []byte {
 
 // execResult is the outcome of an asynchronous Exec.
 type execResult struct {
-	c   *Command
+	c   *initiator.Command
 	err error
 }
 
 // startReads starts n 4 KiB READ(10) commands on channel ch of s on LUN 0
 // and returns their tags (once sent) and results.
-func startReads(t *testing.T, s *Session, ch, n int) ([]uint64, chan execResult) {
+func startReads(t *testing.T, s *initiator.Session, ch, n int) ([]uint64, chan execResult) {
 	t.Helper()
 	res := make(chan execResult, n)
 	tags := make(chan uint64, n)
 	for i := range n {
-		c := &Command{CDB: read10(uint32(i*8), 8), Dir: scsi.DirIn, Data: make([]byte, 4096), OnSend: func(tag uint64) { tags <- tag }}
+		c := &initiator.Command{CDB: read10(uint32(i*8), 8), Dir: scsi.DirIn, Data: make([]byte, 4096), OnSend: func(tag uint64) { tags <- tag }}
 		go func() {
 			err := s.Exec(context.Background(), ch, c)
 			res <- execResult{c, err}
@@ -70,7 +72,7 @@ func collect(t *testing.T, res chan execResult, n int) []execResult {
 }
 
 // waitCredits waits until channel ch of s has want credits.
-func waitCredits(t *testing.T, s *Session, ch, want int) {
+func waitCredits(t *testing.T, s *initiator.Session, ch, want int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for s.Credits(ch) != want {
@@ -85,14 +87,14 @@ func TestAbortTask(t *testing.T) {
 	t.Parallel()
 	disk := newTestDisk(t, 1<<20)
 	lt := startTarget(t, Config{QueueDepth: 8}, PortConfig{}, disk)
-	s := login(t, lt, InitiatorConfig{})
+	s := login(t, lt, initiator.Config{})
 	clearUA(t, s)
 	disk.hold()
 	tags, res := startReads(t, s, 0, 2)
 	disk.waitBlocked(t, 2)
-	tmf := make(chan TMRespCode, 1)
+	tmf := make(chan srp.TMRespCode, 1)
 	go func() {
-		code, err := s.TaskManagement(context.Background(), 0, TskAbortTask, 0, tags[0])
+		code, err := s.TaskManagement(context.Background(), 0, srp.TskAbortTask, 0, tags[0])
 		if err != nil {
 			t.Errorf("ABORT TASK: %v", err)
 		}
@@ -101,12 +103,12 @@ func TestAbortTask(t *testing.T) {
 	// The SCSI core completes the abort once the backstore I/O returns.
 	time.Sleep(50 * time.Millisecond)
 	disk.open()
-	if code := <-tmf; code != TMComplete {
+	if code := <-tmf; code != srp.TMComplete {
 		t.Fatalf("ABORT TASK: %s", code)
 	}
 	for _, r := range collect(t, res, 2) {
 		switch {
-		case r.c.Tag == tags[0] && !errors.Is(r.err, ErrAborted):
+		case r.c.Tag == tags[0] && !errors.Is(r.err, initiator.ErrAborted):
 			t.Errorf("aborted command: %v, want ErrAborted", r.err)
 		case r.c.Tag == tags[1] && r.err != nil:
 			t.Errorf("other command: %v", r.err)
@@ -115,24 +117,24 @@ func TestAbortTask(t *testing.T) {
 	// The aborted command's credit comes back (TMF response or CRED_REQ).
 	waitCredits(t, s, 0, 8)
 	// Aborting a task that does not exist completes (SAM-5).
-	if code, err := s.TaskManagement(testCtx(t), 0, TskAbortTask, 0, 0xdead); err != nil || code != TMComplete {
+	if code, err := s.TaskManagement(testCtx(t), 0, srp.TskAbortTask, 0, 0xdead); err != nil || code != srp.TMComplete {
 		t.Errorf("ABORT TASK of no task: %s, %v", code, err)
 	}
 }
 
 func TestAbortTaskSetAndLUNReset(t *testing.T) {
 	t.Parallel()
-	for _, fn := range []TaskFunc{TskAbortTaskSet, TskLUNReset, TskClearTaskSet} {
+	for _, fn := range []srp.TaskFunc{srp.TskAbortTaskSet, srp.TskLUNReset, srp.TskClearTaskSet} {
 		t.Run(fn.String(), func(t *testing.T) {
 			disk := newTestDisk(t, 1<<20)
 			lt := startTarget(t, Config{QueueDepth: 6}, PortConfig{}, disk)
-			s := login(t, lt, InitiatorConfig{})
+			s := login(t, lt, initiator.Config{})
 			clearUA(t, s)
 			disk.hold()
 			_, res := startReads(t, s, 0, 4)
 			disk.waitBlocked(t, 4)
 			waitCredits(t, s, 0, 2)
-			tmf := make(chan TMRespCode, 1)
+			tmf := make(chan srp.TMRespCode, 1)
 			go func() {
 				code, err := s.TaskManagement(context.Background(), 0, fn, 0, 0)
 				if err != nil {
@@ -142,19 +144,19 @@ func TestAbortTaskSetAndLUNReset(t *testing.T) {
 			}()
 			time.Sleep(50 * time.Millisecond)
 			disk.open()
-			if code := <-tmf; code != TMComplete {
+			if code := <-tmf; code != srp.TMComplete {
 				t.Fatalf("%s: %s", fn, code)
 			}
 			for _, r := range collect(t, res, 4) {
-				if !errors.Is(r.err, ErrAborted) {
+				if !errors.Is(r.err, initiator.ErrAborted) {
 					t.Errorf("command: %v, want ErrAborted", r.err)
 				}
 			}
 			waitCredits(t, s, 0, 6)
-			if fn == TskLUNReset {
+			if fn == srp.TskLUNReset {
 				// The reset leaves a unit attention, which Exec reports.
-				c := &Command{CDB: make([]byte, 6)}
-				var se *SCSIError
+				c := &initiator.Command{CDB: make([]byte, 6)}
+				var se *initiator.SCSIError
 				if err := s.Exec(testCtx(t), 0, c); !errors.As(err, &se) || se.Parsed.Key != scsi.KeyUnitAttention || se.Parsed.ASC != scsi.ASCBusDeviceResetOccurred {
 					t.Errorf("TEST UNIT READY after the reset: %v, want BUS DEVICE RESET unit attention", err)
 				}
@@ -170,20 +172,20 @@ func TestClearTaskSetOtherNexus(t *testing.T) {
 	t.Parallel()
 	disk := newTestDisk(t, 1<<20)
 	lt := startTarget(t, Config{QueueDepth: 8}, PortConfig{}, disk)
-	a := login(t, lt, InitiatorConfig{InitiatorPortID: MakePortID(1, 0xa)})
-	b := login(t, lt, InitiatorConfig{InitiatorPortID: MakePortID(1, 0xb)})
+	a := login(t, lt, initiator.Config{InitiatorPortID: srp.MakePortID(1, 0xa)})
+	b := login(t, lt, initiator.Config{InitiatorPortID: srp.MakePortID(1, 0xb)})
 	clearUA(t, b)
 	disk.hold()
 	_, res := startReads(t, b, 0, 1)
 	disk.waitBlocked(t, 1)
-	tmf := make(chan TMRespCode, 1)
+	tmf := make(chan srp.TMRespCode, 1)
 	go func() {
-		code, _ := a.TaskManagement(context.Background(), 0, TskClearTaskSet, 0, 0)
+		code, _ := a.TaskManagement(context.Background(), 0, srp.TskClearTaskSet, 0, 0)
 		tmf <- code
 	}()
 	time.Sleep(50 * time.Millisecond)
 	disk.open()
-	if code := <-tmf; code != TMComplete {
+	if code := <-tmf; code != srp.TMComplete {
 		t.Fatalf("CLEAR TASK SET: %s", code)
 	}
 	r := collect(t, res, 1)[0]
@@ -196,16 +198,16 @@ func TestClearTaskSetOtherNexus(t *testing.T) {
 func TestTaskManagementRefused(t *testing.T) {
 	t.Parallel()
 	lt := startTarget(t, Config{}, PortConfig{}, newTestDisk(t, 1<<20))
-	s := login(t, lt, InitiatorConfig{})
+	s := login(t, lt, initiator.Config{})
 	for _, tc := range []struct {
-		fn   TaskFunc
+		fn   srp.TaskFunc
 		lun  uint64
-		want TMRespCode
+		want srp.TMRespCode
 	}{
-		{TskClearACA, 0, TMNotSupported},
-		{0x20, 0, TMNotSupported},
-		{TskAbortTaskSet, 77, TMIncorrectLUN},
-		{TskLUNReset, 77, TMIncorrectLUN},
+		{srp.TskClearACA, 0, srp.TMNotSupported},
+		{0x20, 0, srp.TMNotSupported},
+		{srp.TskAbortTaskSet, 77, srp.TMIncorrectLUN},
+		{srp.TskLUNReset, 77, srp.TMIncorrectLUN},
 	} {
 		code, err := s.TaskManagement(testCtx(t), 0, tc.fn, tc.lun, 0)
 		if err != nil || code != tc.want {

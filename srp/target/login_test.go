@@ -1,7 +1,9 @@
-package srp
+package target
 
 import (
 	"errors"
+	"github.com/rdisk/rdisk/srp"
+	"github.com/rdisk/rdisk/srp/initiator"
 	"testing"
 	"time"
 
@@ -10,7 +12,7 @@ import (
 )
 
 // rejectOf logs in raw with pd and returns the SRP_LOGIN_REJ.
-func rejectOf(t *testing.T, addr string, pd []byte) LoginRejFields {
+func rejectOf(t *testing.T, addr string, pd []byte) srp.LoginRejFields {
 	t.Helper()
 	c, err := rawLogin(t, addr, pd)
 	if err == nil {
@@ -21,7 +23,7 @@ func rejectOf(t *testing.T, addr string, pd []byte) LoginRejFields {
 	if !errors.As(err, &rej) {
 		t.Fatalf("login: %v, want *rdma.RejectError", err)
 	}
-	f, err := ParseLoginRej(rej.PrivateData)
+	f, err := srp.ParseLoginRej(rej.PrivateData)
 	if err != nil {
 		t.Fatalf("reject private data %x: %v", rej.PrivateData, err)
 	}
@@ -33,24 +35,24 @@ func TestLoginRejects(t *testing.T) {
 	lt := startTarget(t, Config{}, PortConfig{}, newTestDisk(t, 1<<20))
 	noInd := startTarget(t, Config{NoIndirect: true}, PortConfig{}, nil)
 	acl := startTarget(t, Config{}, PortConfig{AllowedInitiators: []string{"0x000000000000000a0000000000000b0b", "1234:5678:9abc:def0", "10.9.8.7"}}, nil)
-	ipid := MakePortID(1, 2)
+	ipid := srp.MakePortID(1, 2)
 	tests := []struct {
 		name   string
 		addr   string
-		mutate func(f *LoginReqFields)
+		mutate func(f *srp.LoginReqFields)
 		pd     []byte
-		want   RejectReason
+		want   srp.RejectReason
 	}{
-		{"wrong target port ID", lt.addr, func(f *LoginReqFields) { f.TargetPortID = MakePortID(testIDExt, testIOCGUID+1) }, nil, RejUnableAssociateChannel},
-		{"swapped id_ext and ioc_guid", lt.addr, func(f *LoginReqFields) { f.TargetPortID = MakePortID(testIOCGUID, testIDExt) }, nil, RejUnableAssociateChannel},
-		{"IU too large", lt.addr, func(f *LoginReqFields) { f.ReqITIULen = DefaultMaxIULen + 1 }, nil, RejITIULenTooLarge},
-		{"IU too small", lt.addr, func(f *LoginReqFields) { f.ReqITIULen = 63 }, nil, RejITIULenTooLarge},
-		{"unsupported format (indirect)", noInd.addr, func(f *LoginReqFields) {}, nil, RejUnsupportedDescFormat},
-		{"unsupported format (reserved bit)", lt.addr, func(f *LoginReqFields) { f.ReqBufFmt |= 1 << 5 }, nil, RejUnsupportedDescFormat},
-		{"reserved multi-channel action", lt.addr, func(f *LoginReqFields) { f.ReqFlags = 2 }, nil, RejUnableEstablishChannel},
-		{"not in the ACL", acl.addr, func(f *LoginReqFields) {}, nil, RejUnableEstablishChannel},
-		{"short private data", lt.addr, nil, make([]byte, 40), RejUnableEstablishChannel},
-		{"not a login opcode", lt.addr, nil, append(loginPD(rawLoginFields(ipid))[:11:11], append([]byte{byte(OpCmd)}, make([]byte, 44)...)...), RejUnableEstablishChannel},
+		{"wrong target port ID", lt.addr, func(f *srp.LoginReqFields) { f.TargetPortID = srp.MakePortID(testIDExt, testIOCGUID+1) }, nil, srp.RejUnableAssociateChannel},
+		{"swapped id_ext and ioc_guid", lt.addr, func(f *srp.LoginReqFields) { f.TargetPortID = srp.MakePortID(testIOCGUID, testIDExt) }, nil, srp.RejUnableAssociateChannel},
+		{"IU too large", lt.addr, func(f *srp.LoginReqFields) { f.ReqITIULen = DefaultMaxIULen + 1 }, nil, srp.RejITIULenTooLarge},
+		{"IU too small", lt.addr, func(f *srp.LoginReqFields) { f.ReqITIULen = 63 }, nil, srp.RejITIULenTooLarge},
+		{"unsupported format (indirect)", noInd.addr, func(f *srp.LoginReqFields) {}, nil, srp.RejUnsupportedDescFormat},
+		{"unsupported format (reserved bit)", lt.addr, func(f *srp.LoginReqFields) { f.ReqBufFmt |= 1 << 5 }, nil, srp.RejUnsupportedDescFormat},
+		{"reserved multi-channel action", lt.addr, func(f *srp.LoginReqFields) { f.ReqFlags = 2 }, nil, srp.RejUnableEstablishChannel},
+		{"not in the ACL", acl.addr, func(f *srp.LoginReqFields) {}, nil, srp.RejUnableEstablishChannel},
+		{"short private data", lt.addr, nil, make([]byte, 40), srp.RejUnableEstablishChannel},
+		{"not a login opcode", lt.addr, nil, append(loginPD(rawLoginFields(ipid))[:11:11], append([]byte{byte(srp.OpCmd)}, make([]byte, 44)...)...), srp.RejUnableEstablishChannel},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,9 +69,9 @@ func TestLoginRejects(t *testing.T) {
 			if tc.pd == nil && rej.Tag != 0x1234 {
 				t.Errorf("reject tag %#x, want the request's 0x1234", rej.Tag)
 			}
-			wantFmt := BufFmtDirect | BufFmtIndirect
+			wantFmt := srp.BufFmtDirect | srp.BufFmtIndirect
 			if tc.addr == noInd.addr {
-				wantFmt = BufFmtDirect
+				wantFmt = srp.BufFmtDirect
 			}
 			if rej.BufFmt != wantFmt {
 				t.Errorf("reject buffer formats %#x, want %#x", rej.BufFmt, wantFmt)
@@ -77,7 +79,7 @@ func TestLoginRejects(t *testing.T) {
 		})
 	}
 	// The ACL admits initiator port IDs, port GUIDs and IP addresses.
-	for _, id := range []PortID{MakePortID(0xa, 0xb0b), MakePortID(99, 0x123456789abcdef0)} {
+	for _, id := range []srp.PortID{srp.MakePortID(0xa, 0xb0b), srp.MakePortID(99, 0x123456789abcdef0)} {
 		c, err := rawLogin(t, acl.addr, loginPD(rawLoginFields(id)))
 		if err != nil {
 			t.Errorf("ACL login of %s: %v", id, err)
@@ -102,14 +104,14 @@ func TestLoginRejects(t *testing.T) {
 func TestLoginErrorTyped(t *testing.T) {
 	t.Parallel()
 	lt := startTarget(t, Config{MaxIULen: 1024}, PortConfig{}, nil)
-	_, err := Login(testCtx(t), newProvider(t), lt.addr, testTargetID, InitiatorConfig{MaxITIULen: 4096})
-	var le *LoginError
-	if !errors.As(err, &le) || !errors.Is(err, RejITIULenTooLarge) {
-		t.Fatalf("login: %v, want a *LoginError for %s", err, RejITIULenTooLarge)
+	_, err := initiator.Login(testCtx(t), newProvider(t), lt.addr, testTargetID, initiator.Config{MaxITIULen: 4096})
+	var le *initiator.LoginError
+	if !errors.As(err, &le) || !errors.Is(err, srp.RejITIULenTooLarge) {
+		t.Fatalf("login: %v, want a *LoginError for %s", err, srp.RejITIULenTooLarge)
 	}
-	_, err = Login(testCtx(t), newProvider(t), lt.addr, MakePortID(1, 1), InitiatorConfig{MaxITIULen: 1024})
-	if !errors.Is(err, RejUnableAssociateChannel) {
-		t.Fatalf("login to another port: %v, want %s", err, RejUnableAssociateChannel)
+	_, err = initiator.Login(testCtx(t), newProvider(t), lt.addr, srp.MakePortID(1, 1), initiator.Config{MaxITIULen: 1024})
+	if !errors.Is(err, srp.RejUnableAssociateChannel) {
+		t.Fatalf("login to another port: %v, want %s", err, srp.RejUnableAssociateChannel)
 	}
 }
 
@@ -125,33 +127,33 @@ func TestLoginResponse(t *testing.T) {
 		credits int32
 		wantImm bool
 	}{
-		{"immediate data", lt.addr, 68, ImmedRequested, 24, true},
-		{"offset inside the command", lt.addr, 40, ImmedRequested, 24, false},
+		{"immediate data", lt.addr, 68, srp.ImmedRequested, 24, true},
+		{"offset inside the command", lt.addr, 40, srp.ImmedRequested, 24, false},
 		{"no immediate data asked", lt.addr, 68, 0, 24, false},
-		{"target declines", noImm.addr, 68, ImmedRequested, DefaultQueueDepth, false},
+		{"target declines", noImm.addr, 68, srp.ImmedRequested, DefaultQueueDepth, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := rawLoginFields(MakePortID(7, uint64(i)))
+			f := rawLoginFields(srp.MakePortID(7, uint64(i)))
 			f.ReqITIULen, f.ReqFlags, f.ImmDataOffset = 8260, tc.flags, tc.imm
 			c, err := rawLogin(t, tc.addr, loginPD(f))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.close()
-			r, err := ParseLoginRsp(c.reply)
+			r, err := srp.ParseLoginRsp(c.reply)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.ReqLimDelta != tc.credits || r.Tag != 0x1234 || r.MaxITIULen != DefaultMaxIULen || r.BufFmt != BufFmtDirect|BufFmtIndirect {
+			if r.ReqLimDelta != tc.credits || r.Tag != 0x1234 || r.MaxITIULen != DefaultMaxIULen || r.BufFmt != srp.BufFmtDirect|srp.BufFmtIndirect {
 				t.Errorf("login response %+v", r)
 			}
-			if r.MaxTIIULen < RspSize+18 || r.MaxTIIULen > 8260 {
+			if r.MaxTIIULen < srp.RspSize+18 || r.MaxTIIULen > 8260 {
 				t.Errorf("max_ti_iu_len %d", r.MaxTIIULen)
 			}
-			if got := r.Flags&LoginRspImmedSupp != 0; got != tc.wantImm {
+			if got := r.Flags&srp.LoginRspImmedSupp != 0; got != tc.wantImm {
 				t.Errorf("immediate data supported %v, want %v (flags %#x)", got, tc.wantImm, r.Flags)
 			}
-			if r.Flags&3 != LoginRspNoChannels {
+			if r.Flags&3 != srp.LoginRspNoChannels {
 				t.Errorf("multichannel flags %#x for a first login", r.Flags&3)
 			}
 		})
@@ -161,8 +163,8 @@ func TestLoginResponse(t *testing.T) {
 func TestMultiChannel(t *testing.T) {
 	t.Parallel()
 	lt := startTarget(t, Config{MaxChannels: 3}, PortConfig{}, newTestDisk(t, 1<<20))
-	id := MakePortID(0x51, 0x52)
-	s := login(t, lt, InitiatorConfig{InitiatorPortID: id, Channels: 3})
+	id := srp.MakePortID(0x51, 0x52)
+	s := login(t, lt, initiator.Config{InitiatorPortID: id, Channels: 3})
 	if s.Channels() != 3 || lt.port.Channels() != 3 {
 		t.Fatalf("%d initiator channels, %d at the target, want 3", s.Channels(), lt.port.Channels())
 	}
@@ -178,28 +180,28 @@ func TestMultiChannel(t *testing.T) {
 	}
 	// A fourth channel exceeds the limit.
 	f := rawLoginFields(id)
-	f.ReqFlags = MultiChanMulti
-	if rej := rejectOf(t, lt.addr, loginPD(f)); rej.Reason != RejChannelLimitReached {
-		t.Errorf("fourth channel: %s, want %s", rej.Reason, RejChannelLimitReached)
+	f.ReqFlags = srp.MultiChanMulti
+	if rej := rejectOf(t, lt.addr, loginPD(f)); rej.Reason != srp.RejChannelLimitReached {
+		t.Errorf("fourth channel: %s, want %s", rej.Reason, srp.RejChannelLimitReached)
 	}
 	// A login with MULTI-CHANNEL ACTION 0 takes the nexus over: the three
 	// channels get SRP_T_LOGOUT (multi-channel action) and end.
-	f.ReqFlags = MultiChanSingle
+	f.ReqFlags = srp.MultiChanSingle
 	c, err := rawLogin(t, lt.addr, loginPD(f))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.close()
-	r, _ := ParseLoginRsp(c.reply)
-	if r.Flags&3 != LoginRspTerminated {
+	r, _ := srp.ParseLoginRsp(c.reply)
+	if r.Flags&3 != srp.LoginRspTerminated {
 		t.Errorf("takeover login flags %#x, want TERMINATED", r.Flags)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for s.Err() == nil && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	var le *LogoutError
-	if err := s.Err(); !errors.As(err, &le) || le.Reason != TLogoutMultiChannel {
+	var le *initiator.LogoutError
+	if err := s.Err(); !errors.As(err, &le) || le.Reason != srp.TLogoutMultiChannel {
 		t.Fatalf("session error %v, want a logout for the multi-channel action", err)
 	}
 	for lt.port.Channels() != 1 && time.Now().Before(deadline) {
@@ -213,15 +215,15 @@ func TestMultiChannel(t *testing.T) {
 func TestMultiChannelUnsupported(t *testing.T) {
 	t.Parallel()
 	lt := startTarget(t, Config{MaxChannels: 1}, PortConfig{}, nil)
-	id := MakePortID(3, 4)
+	id := srp.MakePortID(3, 4)
 	c, err := rawLogin(t, lt.addr, loginPD(rawLoginFields(id)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.close()
 	f := rawLoginFields(id)
-	f.ReqFlags = MultiChanMulti
-	if rej := rejectOf(t, lt.addr, loginPD(f)); rej.Reason != RejMultiChannelUnsupp {
-		t.Errorf("second channel: %s, want %s", rej.Reason, RejMultiChannelUnsupp)
+	f.ReqFlags = srp.MultiChanMulti
+	if rej := rejectOf(t, lt.addr, loginPD(f)); rej.Reason != srp.RejMultiChannelUnsupp {
+		t.Errorf("second channel: %s, want %s", rej.Reason, srp.RejMultiChannelUnsupp)
 	}
 }

@@ -1,10 +1,11 @@
-package srp
+package initiator
 
 import (
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/rdisk/rdisk/srp"
 	"hash/fnv"
 	"io"
 	"log/slog"
@@ -57,26 +58,29 @@ func (p DescriptorPolicy) String() string {
 
 // Initiator defaults.
 const (
-	DefaultInitiatorQueueDepth = 64
-	DefaultInitiatorMaxIULen   = 68 + 8192 // Linux ib_srp's, with immediate data
+	DefaultQueueDepth = 64
+	DefaultMaxIULen   = 68 + 8192 // Linux ib_srp's, with immediate data
 	// ImmDataOffset is where the initiator puts immediate data: after a
 	// 48-byte SRP_CMD, 16 bytes of additional CDB and the 4-byte
 	// descriptor, as Linux ib_srp (SRP_IMM_DATA_OFFSET).
-	ImmDataOffset              = 68
-	DefaultInitiatorMaxXfer    = 512 << 10
-	DefaultIndirectPieces      = 4
+	ImmDataOffset         = 68
+	DefaultMaxTransfer    = 512 << 10
+	DefaultIndirectPieces = 4
+	// DefaultRDMAReadDepth is the IRD offered at login: the target's RDMA
+	// Reads of data-out in flight (Linux ib_srp offers 4).
+	DefaultRDMAReadDepth       = 16
 	DefaultConnectTimeout      = 10 * time.Second
 	DefaultCommandTimeout      = 30 * time.Second
 	maxInitiatorIndirectPieces = 32
 )
 
-// InitiatorConfig tunes an initiator session. Zero fields take defaults.
-type InitiatorConfig struct {
+// Config tunes an initiator session. Zero fields take defaults.
+type Config struct {
 	// Logger receives session events; nil discards them.
 	Logger *slog.Logger
 	// InitiatorPortID identifies this initiator port; zero means
-	// DefaultInitiatorPortID().
-	InitiatorPortID PortID
+	// DefaultPortID().
+	InitiatorPortID srp.PortID
 	// Channels is the number of RDMA channels (default 1). The first logs
 	// in with MULTI-CHANNEL ACTION 0, the others with 1, as ib_srp's
 	// ch_count does.
@@ -108,21 +112,21 @@ type InitiatorConfig struct {
 	OnAER func(lun uint64, sense []byte)
 }
 
-func (c *InitiatorConfig) setDefaults() error {
-	if c.InitiatorPortID == (PortID{}) {
-		c.InitiatorPortID = DefaultInitiatorPortID()
+func (c *Config) setDefaults() error {
+	if c.InitiatorPortID == (srp.PortID{}) {
+		c.InitiatorPortID = DefaultPortID()
 	}
 	if c.Channels == 0 {
 		c.Channels = 1
 	}
 	if c.QueueDepth == 0 {
-		c.QueueDepth = DefaultInitiatorQueueDepth
+		c.QueueDepth = DefaultQueueDepth
 	}
 	if c.MaxITIULen == 0 {
-		c.MaxITIULen = DefaultInitiatorMaxIULen
+		c.MaxITIULen = DefaultMaxIULen
 	}
 	if c.MaxTransfer == 0 {
-		c.MaxTransfer = DefaultInitiatorMaxXfer
+		c.MaxTransfer = DefaultMaxTransfer
 	}
 	if c.RDMAReadDepth == 0 {
 		c.RDMAReadDepth = DefaultRDMAReadDepth
@@ -141,8 +145,8 @@ func (c *InitiatorConfig) setDefaults() error {
 		return fmt.Errorf("srp: %d channels: want 1 to 64", c.Channels)
 	case c.QueueDepth < 1 || c.QueueDepth > 4096:
 		return fmt.Errorf("srp: queue depth %d: want 1 to 4096", c.QueueDepth)
-	case c.MaxITIULen < MinITIULen:
-		return fmt.Errorf("srp: IU length %d: want at least %d", c.MaxITIULen, MinITIULen)
+	case c.MaxITIULen < srp.MinITIULen:
+		return fmt.Errorf("srp: IU length %d: want at least %d", c.MaxITIULen, srp.MinITIULen)
 	case c.MaxTransfer < 512 || c.MaxTransfer > 64<<20:
 		return fmt.Errorf("srp: maximum transfer %d: want 512 bytes to 64 MiB", c.MaxTransfer)
 	case c.IndirectPieces < 1 || c.IndirectPieces > maxInitiatorIndirectPieces:
@@ -151,20 +155,20 @@ func (c *InitiatorConfig) setDefaults() error {
 	return nil
 }
 
-// DefaultInitiatorPortID returns initiator_ext 0 and a GUID hashed from
+// DefaultPortID returns initiator_ext 0 and a GUID hashed from
 // the host name, stable across runs on one host.
-func DefaultInitiatorPortID() PortID {
+func DefaultPortID() srp.PortID {
 	h := fnv.New64a()
 	name, _ := os.Hostname()
 	io.WriteString(h, "rdisk-srp-initiator/"+name)
-	return MakePortID(0, h.Sum64())
+	return srp.MakePortID(0, h.Sum64())
 }
 
 // LoginError is a login the target refused with SRP_LOGIN_REJ.
 type LoginError struct {
 	Addr    string
 	Channel int
-	Reason  RejectReason
+	Reason  srp.RejectReason
 	// BufFmt is the set of buffer formats the target says it supports.
 	BufFmt uint16
 }
@@ -222,14 +226,14 @@ func (e *SCSIError) Is(target error) bool {
 // Session is an initiator's login to an SRP target port: one or more RDMA
 // channels (one I_T nexus). Its methods are safe for concurrent use.
 type Session struct {
-	cfg    InitiatorConfig
+	cfg    Config
 	log    *slog.Logger
 	prov   rdma.Provider
 	addr   string
-	target PortID
+	target srp.PortID
 	pd     rdma.PD
 	chans  []*ichannel
-	login  LoginRspFields
+	login  srp.LoginRspFields
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -240,7 +244,7 @@ type Session struct {
 // Login logs in to the target port target at addr ("host:port") with
 // cfg.Channels channels. Linux's own target (ib_srpt) and rdisk's accept
 // this login over RDMA/CM (iWARP, RoCE).
-func Login(ctx context.Context, p rdma.Provider, addr string, target PortID, cfg InitiatorConfig) (*Session, error) {
+func Login(ctx context.Context, p rdma.Provider, addr string, target srp.PortID, cfg Config) (*Session, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -291,35 +295,35 @@ func (s *Session) connect(ctx context.Context, i int) (*ichannel, error) {
 		MaxSendSGE: 2, MaxRecvSGE: 1, Context: ch}); err != nil {
 		return fail(fmt.Errorf("srp: creating a QP: %w", err))
 	}
-	lf := LoginReqFields{
-		Tag: uint64(i), ReqITIULen: uint32(cfg.MaxITIULen), ReqBufFmt: BufFmtDirect,
+	lf := srp.LoginReqFields{
+		Tag: uint64(i), ReqITIULen: uint32(cfg.MaxITIULen), ReqBufFmt: srp.BufFmtDirect,
 		InitiatorPortID: cfg.InitiatorPortID, TargetPortID: s.target,
 	}
 	if cfg.Policy == PolicyIndirect || cfg.Policy == PolicyExternal {
-		lf.ReqBufFmt |= BufFmtIndirect
+		lf.ReqBufFmt |= srp.BufFmtIndirect
 	}
 	if i > 0 {
-		lf.ReqFlags = MultiChanMulti
+		lf.ReqFlags = srp.MultiChanMulti
 	}
 	if !cfg.NoImmediateData && cfg.MaxITIULen > ImmDataOffset {
-		lf.ReqFlags |= ImmedRequested
+		lf.ReqFlags |= srp.ImmedRequested
 		lf.ImmDataOffset = ImmDataOffset
 	}
-	pd := make([]byte, LoginReqRDMASize)
-	LoginReqRDMA(pd).Encode(&lf)
+	pd := make([]byte, srp.LoginReqRDMASize)
+	srp.LoginReqRDMA(pd).Encode(&lf)
 	cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	reply, err := ch.qp.Connect(cctx, s.addr, rdma.ConnParam{PrivateData: pd, ResponderResources: cfg.RDMAReadDepth})
 	cancel()
 	if err != nil {
 		var rej *rdma.RejectError
 		if errors.As(err, &rej) {
-			if f, perr := ParseLoginRej(rej.PrivateData); perr == nil {
+			if f, perr := srp.ParseLoginRej(rej.PrivateData); perr == nil {
 				return fail(&LoginError{Addr: s.addr, Channel: i, Reason: f.Reason, BufFmt: f.BufFmt})
 			}
 		}
 		return fail(fmt.Errorf("srp: login of channel %d to %s: %w", i, s.addr, err))
 	}
-	rsp, err := ParseLoginRsp(reply)
+	rsp, err := srp.ParseLoginRsp(reply)
 	if err != nil {
 		return fail(fmt.Errorf("srp: login of channel %d to %s: bad SRP_LOGIN_RSP: %w", i, s.addr, err))
 	}
@@ -329,17 +333,17 @@ func (s *Session) connect(ctx context.Context, i int) (*ichannel, error) {
 	switch {
 	case rsp.ReqLimDelta < 2:
 		return fail(fmt.Errorf("srp: target %s granted %d credits; need 2", s.addr, rsp.ReqLimDelta))
-	case rsp.MaxTIIULen < RspSize || rsp.MaxTIIULen > 1<<20:
+	case rsp.MaxTIIULen < srp.RspSize || rsp.MaxTIIULen > 1<<20:
 		return fail(fmt.Errorf("srp: target %s: max_ti_iu_len %d", s.addr, rsp.MaxTIIULen))
-	case rsp.MaxITIULen < CmdSize+DirectDescSize:
+	case rsp.MaxITIULen < srp.CmdSize+srp.DirectDescSize:
 		return fail(fmt.Errorf("srp: target %s: max_it_iu_len %d is too small for a command", s.addr, rsp.MaxITIULen))
-	case cfg.Policy != PolicyAuto && cfg.Policy != PolicyDirect && rsp.BufFmt&BufFmtIndirect == 0:
+	case cfg.Policy != PolicyAuto && cfg.Policy != PolicyDirect && rsp.BufFmt&srp.BufFmtIndirect == 0:
 		return fail(fmt.Errorf("srp: target %s does not support indirect descriptors", s.addr))
 	}
 	ch.reqLim = rsp.ReqLimDelta
 	ch.depth = min(maxSlots, int(rsp.ReqLimDelta)-1)
 	itLen := min(cfg.MaxITIULen, int(rsp.MaxITIULen))
-	if rsp.Flags&LoginRspImmedSupp != 0 && lf.ReqFlags&ImmedRequested != 0 && itLen > ImmDataOffset {
+	if rsp.Flags&srp.LoginRspImmedSupp != 0 && lf.ReqFlags&srp.ImmedRequested != 0 && itLen > ImmDataOffset {
 		ch.immOff = ImmDataOffset
 		ch.maxImm = itLen - ImmDataOffset
 	}
@@ -364,7 +368,7 @@ func (ch *ichannel) allocate(nrx, itLen int) error {
 	s := ch.s
 	cfg := &s.cfg
 	pieces := cfg.IndirectPieces
-	ch.iuStride = (max(CmdSize+16+IndirectHdrSize+pieces*DirectDescSize, ImmDataOffset) + 63) &^ 63
+	ch.iuStride = (max(srp.CmdSize+16+srp.IndirectHdrSize+pieces*srp.DirectDescSize, ImmDataOffset) + 63) &^ 63
 	if ch.iuStride > itLen && cfg.Policy != PolicyAuto && cfg.Policy != PolicyDirect {
 		return fmt.Errorf("srp: %d indirect descriptors do not fit in the %d-byte IU", pieces, itLen)
 	}
@@ -373,7 +377,7 @@ func (ch *ichannel) allocate(nrx, itLen int) error {
 	if ch.iuMR, err = s.pd.RegisterMemory(ch.iuBuf, rdma.AccessLocalWrite); err != nil {
 		return fmt.Errorf("srp: registering IU buffers: %w", err)
 	}
-	remoteStride := (max(pieces*DirectDescSize, 24) + 63) &^ 63
+	remoteStride := (max(pieces*srp.DirectDescSize, 24) + 63) &^ 63
 	ch.remote = alignedBuffer(ch.depth * remoteStride)
 	if ch.remoteMR, err = s.pd.RegisterMemory(ch.remote, rdma.AccessRemoteRead); err != nil {
 		return fmt.Errorf("srp: registering descriptor tables: %w", err)
@@ -384,7 +388,7 @@ func (ch *ichannel) allocate(nrx, itLen int) error {
 	if ch.rxMR, err = s.pd.RegisterMemory(ch.rxBuf, rdma.AccessLocalWrite); err != nil {
 		return fmt.Errorf("srp: registering receive buffers: %w", err)
 	}
-	ch.irsp = make([]byte, 2*CredRspSize+ILogoutSize+TskMgmtSize)
+	ch.irsp = make([]byte, 2*srp.CredRspSize+srp.ILogoutSize+srp.TskMgmtSize)
 	if ch.irspMR, err = s.pd.RegisterMemory(ch.irsp, rdma.AccessLocalWrite); err != nil {
 		return fmt.Errorf("srp: registering response buffers: %w", err)
 	}
@@ -403,7 +407,7 @@ func (ch *ichannel) allocate(nrx, itLen int) error {
 		ch.freeSlots = append(ch.freeSlots, ch.depth-1-i)
 	}
 	ch.tmf = islot{ch: ch, idx: -1, kind: kindSync, done: make(chan struct{}, 1)}
-	ch.tmf.iu = ch.irsp[2*CredRspSize+ILogoutSize:]
+	ch.tmf.iu = ch.irsp[2*srp.CredRspSize+srp.ILogoutSize:]
 	return nil
 }
 
@@ -470,7 +474,7 @@ func (s *Session) Depth(i int) int { return s.chans[i].depth }
 func (s *Session) Credits(i int) int { return s.chans[i].credits() }
 
 // LoginResponse returns the first channel's SRP_LOGIN_RSP.
-func (s *Session) LoginResponse() LoginRspFields { return s.login }
+func (s *Session) LoginResponse() srp.LoginRspFields { return s.login }
 
 // Immediate reports whether the target accepted immediate data.
 func (s *Session) Immediate() bool { return s.chans[0].immOff != 0 }
@@ -549,23 +553,23 @@ func (ch *ichannel) build(sl *islot, lun uint64, cdb []byte, x xfer) error {
 		return fmt.Errorf("srp: CDB of %d bytes", len(cdb))
 	}
 	sl.lun = lun
-	f := CmdFields{Tag: sl.tag, LUN: scsi.EncodeLUN(lun), TaskAttr: AttrSimple}
+	f := srp.CmdFields{Tag: sl.tag, LUN: scsi.EncodeLUN(lun), TaskAttr: srp.AttrSimple}
 	copy(f.CDB[:], cdb)
 	iu := sl.iu
-	n := CmdSize
+	n := srp.CmdSize
 	sgl := sl.sge[:1]
 	cfg := &ch.s.cfg
-	var fmtOut DescFormat
+	var fmtOut srp.DescFormat
 	switch {
 	case x.n == 0:
 	case x.param:
-		fmtOut = DescDirect
-		DirectDesc{VA: ch.remoteMR.VA() + uint64(sl.tableOf), Key: ch.remoteMR.RKey(), Len: uint32(x.n)}.Put(iu[CmdSize:])
-		n += DirectDescSize
+		fmtOut = srp.DescDirect
+		srp.DirectDesc{VA: ch.remoteMR.VA() + uint64(sl.tableOf), Key: ch.remoteMR.RKey(), Len: uint32(x.n)}.Put(iu[srp.CmdSize:])
+		n += srp.DirectDescSize
 	case x.dir == scsi.DirOut && cfg.Policy == PolicyAuto && ch.immOff != 0 && x.n <= ch.maxImm:
-		fmtOut = DescImmediate
-		put32(iu[CmdSize:], uint32(x.n))
-		clear(iu[CmdSize+ImmediateHdrSize : ch.immOff])
+		fmtOut = srp.DescImmediate
+		binary.BigEndian.PutUint32(iu[srp.CmdSize:], uint32(x.n))
+		clear(iu[srp.CmdSize+srp.ImmediateHdrSize : ch.immOff])
 		n = ch.immOff
 		sl.sge[1] = rdma.SGE{MR: x.mr, Offset: x.off, Length: x.n}
 		sgl = sl.sge[:2]
@@ -596,23 +600,23 @@ func (ch *ichannel) build(sl *islot, lun uint64, cdb []byte, x xfer) error {
 				if j == k-1 {
 					l = x.n - off
 				}
-				DirectDesc{VA: va + uint64(off), Key: rkey, Len: uint32(l)}.Put(table[j*DirectDescSize:])
+				srp.DirectDesc{VA: va + uint64(off), Key: rkey, Len: uint32(l)}.Put(table[j*srp.DirectDescSize:])
 				off += l
 			}
-			hdr := DirectDesc{VA: ch.remoteMR.VA() + uint64(sl.tableOf), Key: ch.remoteMR.RKey(), Len: uint32(k * DirectDescSize)}
-			PutIndirectHdr(iu[CmdSize:], hdr, uint32(x.n))
-			copy(iu[CmdSize+IndirectHdrSize:], table[:inline*DirectDescSize])
-			n += IndirectHdrSize + inline*DirectDescSize
-			fmtOut = DescIndirect
+			hdr := srp.DirectDesc{VA: ch.remoteMR.VA() + uint64(sl.tableOf), Key: ch.remoteMR.RKey(), Len: uint32(k * srp.DirectDescSize)}
+			srp.PutIndirectHdr(iu[srp.CmdSize:], hdr, uint32(x.n))
+			copy(iu[srp.CmdSize+srp.IndirectHdrSize:], table[:inline*srp.DirectDescSize])
+			n += srp.IndirectHdrSize + inline*srp.DirectDescSize
+			fmtOut = srp.DescIndirect
 			if x.dir == scsi.DirOut {
 				f.DataOutCount = uint8(inline)
 			} else {
 				f.DataInCount = uint8(inline)
 			}
 		default:
-			fmtOut = DescDirect
-			DirectDesc{VA: va, Key: rkey, Len: uint32(x.n)}.Put(iu[CmdSize:])
-			n += DirectDescSize
+			fmtOut = srp.DescDirect
+			srp.DirectDesc{VA: va, Key: rkey, Len: uint32(x.n)}.Put(iu[srp.CmdSize:])
+			n += srp.DirectDescSize
 		}
 	}
 	if x.dir == scsi.DirOut {
@@ -620,7 +624,7 @@ func (ch *ichannel) build(sl *islot, lun uint64, cdb []byte, x xfer) error {
 	} else if x.dir == scsi.DirIn {
 		f.DataInFmt = fmtOut
 	}
-	Cmd(iu).Encode(&f)
+	srp.Cmd(iu).Encode(&f)
 	sl.sge[0] = rdma.SGE{MR: ch.iuMR, Offset: sl.idx * ch.iuStride, Length: n}
 	sl.wr = rdma.SendWR{ID: uint64(sl.idx), Op: rdma.OpSend, Flags: rdma.Signaled, SGL: sgl}
 	return nil
@@ -728,7 +732,7 @@ func (s *Session) Exec(ctx context.Context, chIdx int, c *Command) error {
 // returns the target's response code. taskTag names the command for
 // TskAbortTask (Command.Tag). If ctx ends first the channel is failed: a
 // task management function cannot be left behind.
-func (s *Session) TaskManagement(ctx context.Context, chIdx int, fn TaskFunc, lun uint64, taskTag uint64) (TMRespCode, error) {
+func (s *Session) TaskManagement(ctx context.Context, chIdx int, fn srp.TaskFunc, lun uint64, taskTag uint64) (srp.TMRespCode, error) {
 	if s.closed.Load() {
 		return 0, blockdev.ErrClosed
 	}
@@ -743,8 +747,8 @@ func (s *Session) TaskManagement(ctx context.Context, chIdx int, fn TaskFunc, lu
 	sl.tag = tagTMF | ch.tmfSeq
 	sl.name, sl.err, sl.completed, sl.orphan, sl.respCode = fn.String(), nil, false, false, -1
 	sl.state.Store(islotBusy)
-	EncodeTskMgmt(sl.iu, &TskMgmtFields{Tag: sl.tag, LUN: scsi.EncodeLUN(lun), Func: fn, TaskTag: taskTag})
-	sl.sge[0] = rdma.SGE{MR: ch.irspMR, Offset: 2*CredRspSize + ILogoutSize, Length: TskMgmtSize}
+	srp.EncodeTskMgmt(sl.iu, &srp.TskMgmtFields{Tag: sl.tag, LUN: scsi.EncodeLUN(lun), Func: fn, TaskTag: taskTag})
+	sl.sge[0] = rdma.SGE{MR: ch.irspMR, Offset: 2*srp.CredRspSize + srp.ILogoutSize, Length: srp.TskMgmtSize}
 	sl.wr = rdma.SendWR{ID: iwrTMF, Op: rdma.OpSend, Flags: rdma.Signaled, SGL: sl.sge[:1]}
 	sentAt := time.Now().UnixNano()
 	if err := ch.post(sl); err != nil {
@@ -757,18 +761,18 @@ func (s *Session) TaskManagement(ctx context.Context, chIdx int, fn TaskFunc, lu
 		ch.fail(fmt.Errorf("srp: %s on channel %d: %w", fn, ch.idx, ctx.Err()))
 		<-sl.done
 	}
-	code, err := TMRespCode(sl.respCode), sl.err
+	code, err := srp.TMRespCode(sl.respCode), sl.err
 	if sl.respCode < 0 && err == nil {
 		err = fmt.Errorf("srp: %s: response without response data", fn)
 	}
 	ch.release(sl, false)
-	if err == nil && code == TMComplete {
+	if err == nil && code == srp.TMComplete {
 		// The target aborted these commands silently: complete them here.
 		var match func(*islot) bool
 		switch fn {
-		case TskAbortTask:
+		case srp.TskAbortTask:
 			match = func(x *islot) bool { return x.tag == taskTag }
-		case TskAbortTaskSet, TskClearTaskSet, TskLUNReset:
+		case srp.TskAbortTaskSet, srp.TskClearTaskSet, srp.TskLUNReset:
 			match = func(x *islot) bool { return x.lun == lun }
 		}
 		if match != nil {

@@ -1,7 +1,8 @@
-package srp
+package target
 
 import (
 	"bytes"
+	"github.com/rdisk/rdisk/srp/initiator"
 	"testing"
 
 	"github.com/rdisk/rdisk/blockdev"
@@ -14,7 +15,7 @@ import (
 func TestLoopbackBasic(t *testing.T) {
 	t.Parallel()
 	lt := startTarget(t, Config{}, PortConfig{}, memDisk(t, 4<<20))
-	d := openDev(t, lt, InitiatorConfig{})
+	d := openDev(t, lt, initiator.Config{})
 	in := d.Info()
 	if in.Size != 4<<20 || in.BlockSize != 512 {
 		t.Fatalf("info %+v", in)
@@ -37,12 +38,12 @@ func TestLoopbackBasic(t *testing.T) {
 
 func TestLoopbackConformance(t *testing.T) {
 	t.Parallel()
-	for _, pol := range []DescriptorPolicy{PolicyAuto, PolicyDirect, PolicyIndirect, PolicyExternal} {
+	for _, pol := range []initiator.DescriptorPolicy{initiator.PolicyAuto, initiator.PolicyDirect, initiator.PolicyIndirect, initiator.PolicyExternal} {
 		t.Run(pol.String(), func(t *testing.T) {
 			lt := startTarget(t, Config{QueueDepth: 16}, PortConfig{}, newTestDisk(t, 4<<20))
 			blockdevtest.Run(t, func(t *testing.T) blockdev.Device {
 				p := newProvider(t)
-				d, err := Open(testCtx(t), p, lt.port.URL(lt.addr), InitiatorConfig{Logger: testLogger(), Channels: 2, QueueDepth: 8, Policy: pol, MaxTransfer: 64 << 10})
+				d, err := initiator.Open(testCtx(t), p, lt.port.URL(lt.addr), initiator.Config{Logger: testLogger(), Channels: 2, QueueDepth: 8, Policy: pol, MaxTransfer: 64 << 10})
 				if err != nil {
 					t.Fatal(err)
 				}

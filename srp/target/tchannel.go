@@ -1,8 +1,9 @@
-package srp
+package target
 
 import (
 	"context"
 	"fmt"
+	"github.com/rdisk/rdisk/srp"
 	"log/slog"
 	"net"
 	"sync"
@@ -70,9 +71,9 @@ type slot struct {
 	cdb    [32]byte
 	cmd    scsi.Command
 	sense  [scsi.SenseBufferLen]byte
-	data   Data
-	descs  []DirectDesc
-	tmf    TskMgmtFields
+	data   srp.Data
+	descs  []srp.DirectDesc
+	tmf    srp.TskMgmtFields
 
 	buf       []byte // data buffer (registered, lazily)
 	bufMR     rdma.MR
@@ -101,7 +102,7 @@ type channel struct {
 	port *Port
 	nx   *nexus // set by attach, guarded by port.mu
 	id   uint64
-	ipid PortID
+	ipid srp.PortID
 	peer net.Addr
 	log  *slog.Logger
 
@@ -155,7 +156,7 @@ type aerEvent struct {
 }
 
 // newChannel allocates a channel's resources and posts its receives.
-func (t *Target) newChannel(prov rdma.Provider, p *Port, f LoginReqFields, immOff int, peer net.Addr) (*channel, error) {
+func (t *Target) newChannel(prov rdma.Provider, p *Port, f srp.LoginReqFields, immOff int, peer net.Addr) (*channel, error) {
 	cfg := &t.cfg
 	ch := &channel{
 		t: t, port: p, id: t.chanID.Add(1), ipid: f.InitiatorPortID, peer: peer,
@@ -163,7 +164,7 @@ func (t *Target) newChannel(prov rdma.Provider, p *Port, f LoginReqFields, immOf
 	}
 	ch.log = t.log.With("channel", ch.id)
 	ch.ctx, ch.cancel = context.WithCancel(t.ctx)
-	ch.tiLen = min(int(f.ReqITIULen), RspSize+scsi.SenseBufferLen)
+	ch.tiLen = min(int(f.ReqITIULen), srp.RspSize+scsi.SenseBufferLen)
 	fail := func(step string, err error) (*channel, error) {
 		ch.release()
 		return nil, fmt.Errorf("%s: %w", step, err)
@@ -193,7 +194,7 @@ func (t *Target) newChannel(prov rdma.Provider, p *Port, f LoginReqFields, immOf
 	if ch.recvMR, err = ch.pd.RegisterMemory(ch.recvBuf, rdma.AccessLocalWrite); err != nil {
 		return fail("registering receive buffers", err)
 	}
-	ch.rspStride = (RspSize + scsi.SenseBufferLen + 63) &^ 63
+	ch.rspStride = (srp.RspSize + scsi.SenseBufferLen + 63) &^ 63
 	ch.rspBuf = backstore.AlignedBuffer(nslots*ch.rspStride, 4096)
 	if ch.rspMR, err = ch.pd.RegisterMemory(ch.rspBuf, rdma.AccessLocalWrite); err != nil {
 		return fail("registering response buffers", err)
@@ -208,7 +209,7 @@ func (t *Target) newChannel(prov rdma.Provider, p *Port, f LoginReqFields, immOf
 		s := &ch.slots[i]
 		s.idx, s.recv = i, -1
 		s.rsp = ch.rspBuf[i*ch.rspStride : (i+1)*ch.rspStride]
-		s.descs = make([]DirectDesc, 0, cfg.MaxDescriptors)
+		s.descs = make([]srp.DirectDesc, 0, cfg.MaxDescriptors)
 		s.cmd.Sense = s.sense[:]
 		ch.free = append(ch.free, nslots-1-i)
 	}
@@ -354,12 +355,12 @@ func (ch *channel) complete(wc *rdma.WC) bool {
 // onRecv handles a received IU in receive buffer i.
 func (ch *channel) onRecv(i, n int) bool {
 	if n < 1 {
-		ch.logout(TLogoutInvalidIUType)
+		ch.logout(srp.TLogoutInvalidIUType)
 		return true
 	}
 	b := ch.recvIU(i, n)
-	switch op := Opcode(b[0]); op {
-	case OpCmd, OpTskMgmt:
+	switch op := srp.Opcode(b[0]); op {
+	case srp.OpCmd, srp.OpTskMgmt:
 		ch.mu.Lock()
 		ch.consumed++
 		s := ch.getSlot()
@@ -370,8 +371,8 @@ func (ch *channel) onRecv(i, n int) bool {
 		}
 		ch.mu.Unlock()
 		ch.start(s, i, n)
-	case OpCredRsp, OpAERRsp:
-		_, tag, _ := ParseInitiatorRsp(b)
+	case srp.OpCredRsp, srp.OpAERRsp:
+		_, tag, _ := srp.ParseInitiatorRsp(b)
 		if err := ch.postRecv(&ch.rwr, ch.rsge[:], i); err != nil {
 			ch.shutdown("reposting a receive: " + err.Error())
 			return false
@@ -385,16 +386,16 @@ func (ch *channel) onRecv(i, n int) bool {
 		ch.mu.Unlock()
 		if !ok {
 			ch.log.Info("srp: unexpected initiator response", "op", op, "tag", tag)
-			ch.logout(TLogoutUnexpectedRsp)
+			ch.logout(srp.TLogoutUnexpectedRsp)
 		}
-	case OpILogout:
+	case srp.OpILogout:
 		ch.t.stats.ilogouts.Add(1)
 		ch.log.Info("srp: initiator logout", "initiator", ch.ipid)
 		ch.shutdown("initiator logout")
 		return false
 	default:
 		ch.log.Info("srp: invalid IU", "op", op, "bytes", n)
-		ch.logout(TLogoutInvalidIUType)
+		ch.logout(srp.TLogoutInvalidIUType)
 	}
 	return true
 }
@@ -464,10 +465,10 @@ func (ch *channel) maybeCredReq() {
 		return
 	}
 	ch.treqTag++
-	b := ch.treqBuf[:CredReqSize]
-	EncodeCredReq(b, &CredReqFields{ReqLimDelta: ch.takeCredits(), Tag: ch.treqTag})
+	b := ch.treqBuf[:srp.CredReqSize]
+	srp.EncodeCredReq(b, &srp.CredReqFields{ReqLimDelta: ch.takeCredits(), Tag: ch.treqTag})
 	ch.t.stats.credReqs.Add(1)
-	ch.sendTargetReq(CredReqSize)
+	ch.sendTargetReq(srp.CredReqSize)
 }
 
 // nextTargetReq sends a queued AER, or a CRED_REQ if due (mu held).
@@ -483,9 +484,9 @@ func (ch *channel) nextTargetReq() {
 	ch.aers = ch.aers[1:]
 	ch.treqTag++
 	var sense [scsi.SenseFixedLen]byte
-	fixedSense(sense[:], scsi.KeyUnitAttention, ev.asc, -1)
+	scsi.EncodeFixedSense(sense[:], scsi.KeyUnitAttention, ev.asc, -1)
 	ch.t.stats.aer.Add(1)
-	n := EncodeAERReq(ch.treqBuf[:treqStride], &AERReqFields{ReqLimDelta: ch.takeCredits(), Tag: ch.treqTag, LUN: scsi.EncodeLUN(ev.lun)}, sense[:])
+	n := srp.EncodeAERReq(ch.treqBuf[:treqStride], &srp.AERReqFields{ReqLimDelta: ch.takeCredits(), Tag: ch.treqTag, LUN: scsi.EncodeLUN(ev.lun)}, sense[:])
 	ch.sendTargetReq(n)
 }
 
@@ -512,7 +513,7 @@ func (ch *channel) queueAER(lun uint64, asc scsi.ASC) {
 
 // logout sends SRP_T_LOGOUT and disconnects once it is sent (or after a
 // second). Safe from any goroutine.
-func (ch *channel) logout(r TLogoutReason) {
+func (ch *channel) logout(r srp.TLogoutReason) {
 	ch.mu.Lock()
 	if ch.dead || ch.loggingOut {
 		ch.mu.Unlock()
@@ -520,9 +521,9 @@ func (ch *channel) logout(r TLogoutReason) {
 	}
 	ch.loggingOut = true
 	ch.t.stats.tlogouts.Add(1)
-	b := ch.treqBuf[treqStride : treqStride+TLogoutSize]
-	EncodeTLogout(b, &TLogoutFields{Reason: r})
-	sge := [1]rdma.SGE{{MR: ch.treqMR, Offset: treqStride, Length: TLogoutSize}}
+	b := ch.treqBuf[treqStride : treqStride+srp.TLogoutSize]
+	srp.EncodeTLogout(b, &srp.TLogoutFields{Reason: r})
+	sge := [1]rdma.SGE{{MR: ch.treqMR, Offset: treqStride, Length: srp.TLogoutSize}}
 	wr := rdma.SendWR{ID: wrTLogout, Op: rdma.OpSend, Flags: rdma.Signaled, SGL: sge[:]}
 	err := ch.qp.PostSend(&wr)
 	ch.mu.Unlock()

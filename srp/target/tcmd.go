@@ -1,7 +1,8 @@
-package srp
+package target
 
 import (
 	"errors"
+	"github.com/rdisk/rdisk/srp"
 
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/rdma"
@@ -13,11 +14,11 @@ import (
 func (ch *channel) start(s *slot, i, n int) {
 	b := ch.recvIU(i, n)
 	s.recv, s.n, s.abort, s.readsLeft, s.readErr, s.fetching = i, n, abortNone, 0, false, false
-	if Opcode(b[0]) == OpTskMgmt {
-		f, err := ParseTskMgmt(b)
+	if srp.Opcode(b[0]) == srp.OpTskMgmt {
+		f, err := srp.ParseTskMgmt(b)
 		if err != nil {
 			ch.drop(s, false)
-			ch.logout(TLogoutInvalidIUType)
+			ch.logout(srp.TLogoutInvalidIUType)
 			return
 		}
 		s.isTMF, s.tmf, s.tag, s.solNot = true, f, f.Tag, f.SolNot
@@ -34,10 +35,10 @@ func (ch *channel) start(s *slot, i, n int) {
 		go ch.runTMF(s)
 		return
 	}
-	c, err := ParseCmd(b)
+	c, err := srp.ParseCmd(b)
 	if err != nil {
 		ch.drop(s, false)
-		ch.logout(TLogoutInvalidIUType)
+		ch.logout(srp.TLogoutInvalidIUType)
 		return
 	}
 	s.isTMF, s.tag, s.solNot = false, c.Tag(), c.SolNot()
@@ -55,16 +56,16 @@ func (ch *channel) start(s *slot, i, n int) {
 	ch.mu.Unlock()
 
 	cfg := &ch.t.cfg
-	d, err := ParseData(c, n, ch.immOff, s.descs[:0], cfg.MaxDescriptors)
-	if err == nil && cfg.NoIndirect && d.Format == DescIndirect {
-		r := TLogoutUnsupportedInFmt
+	d, err := srp.ParseData(c, n, ch.immOff, s.descs[:0], cfg.MaxDescriptors)
+	if err == nil && cfg.NoIndirect && d.Format == srp.DescIndirect {
+		r := srp.TLogoutUnsupportedInFmt
 		if d.Dir == scsi.DirOut {
-			r = TLogoutUnsupportedOutFmt
+			r = srp.TLogoutUnsupportedOutFmt
 		}
-		err = logoutErr(r, "indirect descriptors are not supported")
+		err = &srp.FormatError{Logout: r, LogoutSet: true, Msg: "indirect descriptors are not supported"}
 	}
 	if err != nil {
-		var fe *FormatError
+		var fe *srp.FormatError
 		errors.As(err, &fe)
 		if fe != nil && fe.LogoutSet {
 			ch.log.Info("srp: bad SRP_CMD", "err", err)
@@ -84,17 +85,17 @@ func (ch *channel) start(s *slot, i, n int) {
 	st := &ch.t.stats
 	st.commands.Add(1)
 	switch {
-	case d.Format == DescDirect:
+	case d.Format == srp.DescDirect:
 		st.direct.Add(1)
-	case d.Format == DescImmediate:
+	case d.Format == srp.DescImmediate:
 		st.immediate.Add(1)
 	case d.External:
 		st.external.Add(1)
-	case d.Format == DescIndirect:
+	case d.Format == srp.DescIndirect:
 		st.indirect.Add(1)
 	}
-	if d.Format != DescImmediate && d.Length > uint32(cfg.MaxTransfer) {
-		ch.fail(s, scsi.KeyIllegalRequest, scsi.ASCInvalidFieldInCommandIU, CmdSize+c.AddCDBLen())
+	if d.Format != srp.DescImmediate && d.Length > uint32(cfg.MaxTransfer) {
+		ch.fail(s, scsi.KeyIllegalRequest, scsi.ASCInvalidFieldInCommandIU, srp.CmdSize+c.AddCDBLen())
 		return
 	}
 	switch d.Dir {
@@ -111,7 +112,7 @@ func (ch *channel) start(s *slot, i, n int) {
 		}
 		ch.dispatch(s)
 	case scsi.DirOut:
-		if d.Format == DescImmediate {
+		if d.Format == srp.DescImmediate {
 			cmd.DataOut = b[d.ImmOffset : d.ImmOffset+d.ImmLen]
 			ch.dispatch(s)
 			return
@@ -131,11 +132,11 @@ func (ch *channel) start(s *slot, i, n int) {
 
 func taskAttr(a uint8) scsi.TaskAttr {
 	switch a {
-	case AttrSimple:
+	case srp.AttrSimple:
 		return scsi.AttrSimple
-	case AttrHeadOfQueue:
+	case srp.AttrHeadOfQueue:
 		return scsi.AttrHeadOfQueue
-	case AttrACA:
+	case srp.AttrACA:
 		return scsi.AttrACA
 	}
 	return scsi.AttrOrdered // as Linux srpt maps reserved values
@@ -181,11 +182,11 @@ func (ch *channel) ensureBuf(s *slot, n int) bool {
 func (ch *channel) fetchTable(s *slot) {
 	cfg := &ch.t.cfg
 	if cfg.NoExternalTables {
-		ch.fail(s, scsi.KeyIllegalRequest, scsi.ASCInvalidFieldInCommandIU, CmdSize)
+		ch.fail(s, scsi.KeyIllegalRequest, scsi.ASCInvalidFieldInCommandIU, srp.CmdSize)
 		return
 	}
 	if s.tableMR == nil {
-		s.table = make([]byte, cfg.MaxDescriptors*DirectDescSize)
+		s.table = make([]byte, cfg.MaxDescriptors*srp.DirectDescSize)
 		mr, err := ch.pd.RegisterMemory(s.table, rdma.AccessLocalWrite)
 		if err != nil {
 			s.table = nil
@@ -247,9 +248,9 @@ func (ch *channel) onRead(s *slot) {
 		return
 	}
 	s.fetching = false
-	if err := ParseTable(&s.data, s.table); err != nil {
-		var fe *FormatError
-		field := CmdSize
+	if err := srp.ParseTable(&s.data, s.table); err != nil {
+		var fe *srp.FormatError
+		field := srp.CmdSize
 		if errors.As(err, &fe) {
 			field = fe.Field
 		}
@@ -337,7 +338,7 @@ func (ch *channel) silent(s *slot) {
 func (ch *channel) fail(s *slot, key scsi.SenseKey, asc scsi.ASC, field int) {
 	c := &s.cmd
 	c.Status = scsi.StatusCheckCondition
-	c.SenseLen = fixedSense(s.sense[:], key, asc, field)
+	c.SenseLen = scsi.EncodeFixedSense(s.sense[:], key, asc, field)
 	c.DataInLen, c.ResidualKind, c.Residual = 0, scsi.ResidualNone, 0
 	if c.ExpectedLength > 0 {
 		c.ResidualKind, c.Residual = scsi.ResidualUnderflow, c.ExpectedLength
@@ -366,34 +367,34 @@ func (ch *channel) respond(s *slot) {
 			off += n
 		}
 	}
-	f := RspFields{Tag: s.tag, Status: uint8(c.Status)}
+	f := srp.RspFields{Tag: s.tag, Status: uint8(c.Status)}
 	if k := c.ResidualKind; k != scsi.ResidualNone {
 		switch c.Dir {
 		case scsi.DirIn:
 			f.DataInResid = c.Residual
-			f.Flags = RspFlagDIUnder
+			f.Flags = srp.RspFlagDIUnder
 			if k == scsi.ResidualOverflow {
-				f.Flags = RspFlagDIOver
+				f.Flags = srp.RspFlagDIOver
 			}
 		case scsi.DirOut:
 			f.DataOutResid = c.Residual
-			f.Flags = RspFlagDOUnder
+			f.Flags = srp.RspFlagDOUnder
 			if k == scsi.ResidualOverflow {
-				f.Flags = RspFlagDOOver
+				f.Flags = srp.RspFlagDOOver
 			}
 		}
 	}
 	good := c.Status == scsi.StatusGood || c.Status == scsi.StatusConditionMet
-	sense := s.sense[:min(c.SenseLen, ch.tiLen-RspSize)]
+	sense := s.sense[:min(c.SenseLen, ch.tiLen-srp.RspSize)]
 	ch.sendRsp(s, &f, nil, sense, good)
 }
 
 // sendRsp posts a response IU for slot s, returning the slot's credit and
 // any pending ones.
-func (ch *channel) sendRsp(s *slot, f *RspFields, respData, sense []byte, good bool) {
+func (ch *channel) sendRsp(s *slot, f *srp.RspFields, respData, sense []byte, good bool) {
 	var flags rdma.WRFlags = rdma.Signaled
-	if (good && s.solNot&SolNotSuccessful != 0) || (!good && s.solNot&SolNotFailed != 0) {
-		f.SolNot = SolNotSolicited
+	if (good && s.solNot&srp.SolNotSuccessful != 0) || (!good && s.solNot&srp.SolNotFailed != 0) {
+		f.SolNot = srp.SolNotSolicited
 		flags |= rdma.Solicited
 	}
 	ch.mu.Lock()
@@ -403,7 +404,7 @@ func (ch *channel) sendRsp(s *slot, f *RspFields, respData, sense []byte, good b
 	s.state = slotResponding
 	dead := ch.dead
 	ch.mu.Unlock()
-	n := EncodeRsp(s.rsp, f, respData, sense)
+	n := srp.EncodeRsp(s.rsp, f, respData, sense)
 	s.sge[0] = rdma.SGE{MR: ch.rspMR, Offset: s.idx * ch.rspStride, Length: n}
 	s.wr = rdma.SendWR{ID: wrRsp | uint64(s.idx), Op: rdma.OpSend, Flags: flags, SGL: s.sge[:]}
 	if dead {
@@ -419,29 +420,29 @@ func (ch *channel) sendRsp(s *slot, f *RspFields, respData, sense []byte, good b
 func (ch *channel) runTMF(s *slot) {
 	defer ch.wg.Done()
 	code := ch.taskManagement(&s.tmf)
-	good := code == TMComplete || code == TMSucceeded
-	ch.sendRsp(s, &RspFields{Tag: s.tag}, []byte{0, 0, 0, byte(code)}, nil, good)
+	good := code == srp.TMComplete || code == srp.TMSucceeded
+	ch.sendRsp(s, &srp.RspFields{Tag: s.tag}, []byte{0, 0, 0, byte(code)}, nil, good)
 }
 
-func (ch *channel) taskManagement(f *TskMgmtFields) TMRespCode {
+func (ch *channel) taskManagement(f *srp.TskMgmtFields) srp.TMRespCode {
 	lun, err := scsi.DecodeLUN(f.LUN)
 	if err != nil {
-		return TMIncorrectLUN
+		return srp.TMIncorrectLUN
 	}
 	var fn scsi.TMF
 	switch f.Func {
-	case TskAbortTask:
+	case srp.TskAbortTask:
 		fn = scsi.TMFAbortTask
-	case TskAbortTaskSet:
+	case srp.TskAbortTaskSet:
 		fn = scsi.TMFAbortTaskSet
-	case TskClearTaskSet:
+	case srp.TskClearTaskSet:
 		fn = scsi.TMFClearTaskSet
-	case TskLUNReset:
+	case srp.TskLUNReset:
 		fn = scsi.TMFLUNReset
-	case TskClearACA:
+	case srp.TskClearACA:
 		fn = scsi.TMFClearACA
 	default:
-		return TMNotSupported
+		return srp.TMNotSupported
 	}
 	dropped := ch.port.dropQueued(ch.nx, fn, lun, f.TaskTag)
 	r := ch.nx.sess.TaskManagement(ch.ctx, fn, lun, f.TaskTag)
@@ -449,15 +450,15 @@ func (ch *channel) taskManagement(f *TskMgmtFields) TMRespCode {
 	switch r {
 	case scsi.TMFComplete, scsi.TMFTaskNotFound:
 		// SAM-5: aborting a task that does not exist completes.
-		return TMComplete
+		return srp.TMComplete
 	case scsi.TMFSucceeded:
-		return TMSucceeded
+		return srp.TMSucceeded
 	case scsi.TMFIncorrectLUN:
-		return TMIncorrectLUN
+		return srp.TMIncorrectLUN
 	case scsi.TMFRejected:
-		return TMNotSupported
+		return srp.TMNotSupported
 	}
-	return TMFailed
+	return srp.TMFailed
 }
 
 // dropQueued marks the commands that task management function fn affects
@@ -496,21 +497,4 @@ func (p *Port) dropQueued(nx *nexus, fn scsi.TMF, lun, tag uint64) int {
 		}
 	}
 	return n
-}
-
-// fixedSense writes 18 bytes of fixed-format sense data (SPC-4 4.5.3) and
-// returns 18. field >= 0 adds a sense-key-specific field pointer to that
-// byte of the command IU.
-func fixedSense(b []byte, key scsi.SenseKey, asc scsi.ASC, field int) int {
-	_ = b[scsi.SenseFixedLen-1]
-	clear(b[:scsi.SenseFixedLen])
-	b[0] = 0x70
-	b[2] = byte(key) & 0x0f
-	b[7] = scsi.SenseFixedLen - 8
-	b[12], b[13] = asc.Code(), asc.Qualifier()
-	if field >= 0 {
-		b[15] = 0xc0 // SKSV, C/D: a field of the command
-		b[16], b[17] = byte(field>>8), byte(field)
-	}
-	return scsi.SenseFixedLen
 }

@@ -1,8 +1,10 @@
-package srp
+package target
 
 import (
 	"context"
 	"errors"
+	"github.com/rdisk/rdisk/srp"
+	"github.com/rdisk/rdisk/srp/initiator"
 	"sync"
 	"testing"
 	"time"
@@ -18,7 +20,7 @@ func TestCreditExhaustionAndRefill(t *testing.T) {
 	t.Parallel()
 	disk := newTestDisk(t, 1<<20)
 	lt := startTarget(t, Config{QueueDepth: 4}, PortConfig{}, disk)
-	d := openDev(t, lt, InitiatorConfig{QueueDepth: 32})
+	d := openDev(t, lt, initiator.Config{QueueDepth: 32})
 	s := d.Session()
 	if got := d.Info().QueueDepth; got != 3 {
 		t.Fatalf("queue depth %d with 4 credits, want 3", got)
@@ -85,15 +87,15 @@ func TestCredReq(t *testing.T) {
 	t.Parallel()
 	disk := newTestDisk(t, 1<<20)
 	lt := startTarget(t, Config{QueueDepth: 4}, PortConfig{}, disk)
-	s := login(t, lt, InitiatorConfig{Channels: 2})
+	s := login(t, lt, initiator.Config{Channels: 2})
 	clearUA(t, s)
 	disk.hold()
 	_, res := startReads(t, s, 1, 3)
 	disk.waitBlocked(t, 3)
 	waitCredits(t, s, 1, 1)
-	tmf := make(chan TMRespCode, 1)
+	tmf := make(chan srp.TMRespCode, 1)
 	go func() {
-		code, err := s.TaskManagement(context.Background(), 0, TskLUNReset, 0, 0)
+		code, err := s.TaskManagement(context.Background(), 0, srp.TskLUNReset, 0, 0)
 		if err != nil {
 			t.Errorf("LUN RESET: %v", err)
 		}
@@ -101,11 +103,11 @@ func TestCredReq(t *testing.T) {
 	}()
 	time.Sleep(50 * time.Millisecond)
 	disk.open()
-	if code := <-tmf; code != TMComplete {
+	if code := <-tmf; code != srp.TMComplete {
 		t.Fatalf("LUN RESET: %s", code)
 	}
 	for _, r := range collect(t, res, 3) {
-		if !errors.Is(r.err, ErrAborted) {
+		if !errors.Is(r.err, initiator.ErrAborted) {
 			t.Errorf("command on channel 1: %v, want ErrAborted", r.err)
 		}
 	}
@@ -135,37 +137,37 @@ func TestRawCredits(t *testing.T) {
 	t.Parallel()
 	disk := newTestDisk(t, 1<<20)
 	lt := startTarget(t, Config{QueueDepth: 4}, PortConfig{}, disk)
-	c, err := rawLogin(t, lt.addr, loginPD(rawLoginFields(MakePortID(0xc, 0xc))))
+	c, err := rawLogin(t, lt.addr, loginPD(rawLoginFields(srp.MakePortID(0xc, 0xc))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lr, _ := ParseLoginRsp(c.reply)
+	lr, _ := srp.ParseLoginRsp(c.reply)
 	credits := lr.ReqLimDelta
 	if credits != 4 {
 		t.Fatalf("login granted %d credits, want 4", credits)
 	}
 	cmd := func(tag uint64, cdb []byte, in uint32) []byte {
-		b := make([]byte, CmdSize+DirectDescSize)
-		f := CmdFields{Tag: tag}
+		b := make([]byte, srp.CmdSize+srp.DirectDescSize)
+		f := srp.CmdFields{Tag: tag}
 		copy(f.CDB[:], cdb)
 		if in > 0 {
-			f.DataInFmt = DescDirect
-			DirectDesc{VA: c.mr.VA() + uint64(rawRecvs*rawRecvLen), Key: c.mr.RKey(), Len: in}.Put(b[CmdSize:])
+			f.DataInFmt = srp.DescDirect
+			srp.DirectDesc{VA: c.mr.VA() + uint64(rawRecvs*rawRecvLen), Key: c.mr.RKey(), Len: in}.Put(b[srp.CmdSize:])
 		}
-		Cmd(b).Encode(&f)
+		srp.Cmd(b).Encode(&f)
 		credits--
 		return b
 	}
-	expectRsp := func(tag uint64) Rsp {
+	expectRsp := func(tag uint64) srp.Rsp {
 		t.Helper()
 		for {
 			iu := c.recv(10 * time.Second)
 			if iu == nil {
 				t.Fatalf("no response for tag %#x", tag)
 			}
-			switch Opcode(iu[0]) {
-			case OpRsp:
-				r, err := ParseRsp(iu)
+			switch srp.Opcode(iu[0]) {
+			case srp.OpRsp:
+				r, err := srp.ParseRsp(iu)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -174,14 +176,14 @@ func TestRawCredits(t *testing.T) {
 					t.Fatalf("response tag %#x, want %#x", r.Fields().Tag, tag)
 				}
 				return r
-			case OpCredReq:
-				f, _ := ParseCredReq(iu)
+			case srp.OpCredReq:
+				f, _ := srp.ParseCredReq(iu)
 				credits += f.ReqLimDelta
-				b := make([]byte, CredRspSize)
-				EncodeInitiatorRsp(b, OpCredRsp, f.Tag)
+				b := make([]byte, srp.CredRspSize)
+				srp.EncodeInitiatorRsp(b, srp.OpCredRsp, f.Tag)
 				c.send(b)
 			default:
-				t.Fatalf("unexpected %s", Opcode(iu[0]))
+				t.Fatalf("unexpected %s", srp.Opcode(iu[0]))
 			}
 		}
 	}
@@ -198,8 +200,8 @@ func TestRawCredits(t *testing.T) {
 		c.send(cmd(uint64(10+i), read10(0, 1), 512))
 	}
 	disk.waitBlocked(t, 3)
-	tm := make([]byte, TskMgmtSize)
-	EncodeTskMgmt(tm, &TskMgmtFields{Tag: 99, Func: TskAbortTaskSet})
+	tm := make([]byte, srp.TskMgmtSize)
+	srp.EncodeTskMgmt(tm, &srp.TskMgmtFields{Tag: 99, Func: srp.TskAbortTaskSet})
 	credits--
 	if credits != 0 {
 		t.Fatalf("initiator side credit count %d, want 0", credits)
@@ -208,7 +210,7 @@ func TestRawCredits(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	disk.open()
 	r := expectRsp(99)
-	if rd := r.RespData(); len(rd) != 4 || rd[3] != byte(TMComplete) {
+	if rd := r.RespData(); len(rd) != 4 || rd[3] != byte(srp.TMComplete) {
 		t.Errorf("task management response data %x", rd)
 	}
 	// Whatever the target did not return with the response it returns
@@ -216,13 +218,13 @@ func TestRawCredits(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for credits < 4 && time.Now().Before(deadline) {
 		iu := c.recv(time.Second)
-		if iu == nil || Opcode(iu[0]) != OpCredReq {
+		if iu == nil || srp.Opcode(iu[0]) != srp.OpCredReq {
 			continue
 		}
-		f, _ := ParseCredReq(iu)
+		f, _ := srp.ParseCredReq(iu)
 		credits += f.ReqLimDelta
-		b := make([]byte, CredRspSize)
-		EncodeInitiatorRsp(b, OpCredRsp, f.Tag)
+		b := make([]byte, srp.CredRspSize)
+		srp.EncodeInitiatorRsp(b, srp.OpCredRsp, f.Tag)
 		c.send(b)
 	}
 	if credits != 4 {

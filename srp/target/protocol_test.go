@@ -1,9 +1,11 @@
-package srp
+package target
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/rdisk/rdisk/srp"
+	"github.com/rdisk/rdisk/srp/initiator"
 	"testing"
 	"time"
 
@@ -12,17 +14,17 @@ import (
 )
 
 // expectTLogout reads IUs until an SRP_T_LOGOUT and checks its reason.
-func expectTLogout(t *testing.T, c *rawConn, want TLogoutReason) {
+func expectTLogout(t *testing.T, c *rawConn, want srp.TLogoutReason) {
 	t.Helper()
 	for {
 		iu := c.recv(10 * time.Second)
 		if iu == nil {
 			t.Fatalf("connection ended without SRP_T_LOGOUT (want %s)", want)
 		}
-		if Opcode(iu[0]) != OpTLogout {
+		if srp.Opcode(iu[0]) != srp.OpTLogout {
 			continue
 		}
-		f, err := ParseTLogout(iu)
+		f, err := srp.ParseTLogout(iu)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,39 +41,39 @@ func expectTLogout(t *testing.T, c *rawConn, want TLogoutReason) {
 func TestProtocolErrorsLogOut(t *testing.T) {
 	t.Parallel()
 	lt := startTarget(t, Config{}, PortConfig{}, newTestDisk(t, 1<<20))
-	cmd := func(mutate func(f *CmdFields, b []byte)) []byte {
+	cmd := func(mutate func(f *srp.CmdFields, b []byte)) []byte {
 		b := make([]byte, 128)
-		f := CmdFields{Tag: 5}
+		f := srp.CmdFields{Tag: 5}
 		copy(f.CDB[:], read10(0, 1))
 		mutate(&f, b)
-		Cmd(b).Encode(&f)
+		srp.Cmd(b).Encode(&f)
 		return b
 	}
 	cases := []struct {
 		name string
 		iu   []byte
-		want TLogoutReason
+		want srp.TLogoutReason
 	}{
-		{"invalid IU type", []byte{byte(OpLoginRsp), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, TLogoutInvalidIUType},
-		{"target-to-initiator opcode", make([]byte, 36), TLogoutInvalidIUType},
-		{"unexpected CRED_RSP", []byte{byte(OpCredRsp), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7}, TLogoutUnexpectedRsp},
-		{"data-out format 5", cmd(func(f *CmdFields, b []byte) { f.DataOutFmt = 5 }), TLogoutUnsupportedOutFmt},
-		{"data-in immediate", cmd(func(f *CmdFields, b []byte) { f.DataInFmt = DescImmediate }), TLogoutUnsupportedInFmt},
-		{"immediate not negotiated", cmd(func(f *CmdFields, b []byte) { f.DataOutFmt = DescImmediate }), TLogoutUnsupportedOutFmt},
-		{"indirect count above the table", cmd(func(f *CmdFields, b []byte) {
-			f.DataInFmt, f.DataInCount = DescIndirect, 3
-			PutIndirectHdr(b[CmdSize:], DirectDesc{Len: 2 * DirectDescSize}, 512)
-		}), TLogoutInvalidInCount},
-		{"data-out count on a read", cmd(func(f *CmdFields, b []byte) {
-			f.DataInFmt, f.DataInCount, f.DataOutCount = DescIndirect, 1, 1
-			PutIndirectHdr(b[CmdSize:], DirectDesc{Len: DirectDescSize}, 512)
-		}), TLogoutInvalidOutCount},
-		{"truncated SRP_CMD", []byte{byte(OpCmd), 0, 0, 0}, TLogoutInvalidIUType},
+		{"invalid IU type", []byte{byte(srp.OpLoginRsp), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, srp.TLogoutInvalidIUType},
+		{"target-to-initiator opcode", make([]byte, 36), srp.TLogoutInvalidIUType},
+		{"unexpected CRED_RSP", []byte{byte(srp.OpCredRsp), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7}, srp.TLogoutUnexpectedRsp},
+		{"data-out format 5", cmd(func(f *srp.CmdFields, b []byte) { f.DataOutFmt = 5 }), srp.TLogoutUnsupportedOutFmt},
+		{"data-in immediate", cmd(func(f *srp.CmdFields, b []byte) { f.DataInFmt = srp.DescImmediate }), srp.TLogoutUnsupportedInFmt},
+		{"immediate not negotiated", cmd(func(f *srp.CmdFields, b []byte) { f.DataOutFmt = srp.DescImmediate }), srp.TLogoutUnsupportedOutFmt},
+		{"indirect count above the table", cmd(func(f *srp.CmdFields, b []byte) {
+			f.DataInFmt, f.DataInCount = srp.DescIndirect, 3
+			srp.PutIndirectHdr(b[srp.CmdSize:], srp.DirectDesc{Len: 2 * srp.DirectDescSize}, 512)
+		}), srp.TLogoutInvalidInCount},
+		{"data-out count on a read", cmd(func(f *srp.CmdFields, b []byte) {
+			f.DataInFmt, f.DataInCount, f.DataOutCount = srp.DescIndirect, 1, 1
+			srp.PutIndirectHdr(b[srp.CmdSize:], srp.DirectDesc{Len: srp.DirectDescSize}, 512)
+		}), srp.TLogoutInvalidOutCount},
+		{"truncated SRP_CMD", []byte{byte(srp.OpCmd), 0, 0, 0}, srp.TLogoutInvalidIUType},
 	}
-	cases[1].iu[0] = byte(OpRsp)
+	cases[1].iu[0] = byte(srp.OpRsp)
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := rawLogin(t, lt.addr, loginPD(rawLoginFields(MakePortID(0xe, uint64(i)))))
+			c, err := rawLogin(t, lt.addr, loginPD(rawLoginFields(srp.MakePortID(0xe, uint64(i)))))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,16 +90,16 @@ func TestCommandRejects(t *testing.T) {
 	lt := startTarget(t, Config{MaxDescriptors: 2, NoExternalTables: true}, PortConfig{}, newTestDisk(t, 1<<20))
 	for _, tc := range []struct {
 		name string
-		cfg  InitiatorConfig
+		cfg  initiator.Config
 	}{
-		{"table larger than MaxDescriptors", InitiatorConfig{Policy: PolicyIndirect, IndirectPieces: 3}},
-		{"external table refused", InitiatorConfig{Policy: PolicyExternal, IndirectPieces: 2}},
+		{"table larger than MaxDescriptors", initiator.Config{Policy: initiator.PolicyIndirect, IndirectPieces: 3}},
+		{"external table refused", initiator.Config{Policy: initiator.PolicyExternal, IndirectPieces: 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := login(t, lt, tc.cfg)
 			clearUA(t, s)
-			c := &Command{CDB: read10(0, 8), Dir: scsi.DirIn, Data: make([]byte, 4096)}
-			var se *SCSIError
+			c := &initiator.Command{CDB: read10(0, 8), Dir: scsi.DirIn, Data: make([]byte, 4096)}
+			var se *initiator.SCSIError
 			err := s.Exec(testCtx(t), 0, c)
 			if !errors.As(err, &se) || se.Parsed.Key != scsi.KeyIllegalRequest || se.Parsed.ASC != scsi.ASCInvalidFieldInCommandIU {
 				t.Fatalf("READ: %v, want ILLEGAL REQUEST, INVALID FIELD IN COMMAND IU", err)
@@ -108,10 +110,10 @@ func TestCommandRejects(t *testing.T) {
 		})
 	}
 	// A transfer above MaxTransfer is refused the same way.
-	s := login(t, lt, InitiatorConfig{MaxTransfer: 4 << 20})
+	s := login(t, lt, initiator.Config{MaxTransfer: 4 << 20})
 	clearUA(t, s)
-	c := &Command{CDB: read10(0, 4096), Dir: scsi.DirIn, Data: make([]byte, 2<<20)}
-	var se *SCSIError
+	c := &initiator.Command{CDB: read10(0, 4096), Dir: scsi.DirIn, Data: make([]byte, 2<<20)}
+	var se *initiator.SCSIError
 	if err := s.Exec(testCtx(t), 0, c); !errors.As(err, &se) || se.Parsed.ASC != scsi.ASCInvalidFieldInCommandIU {
 		t.Fatalf("2 MiB READ: %v, want INVALID FIELD IN COMMAND IU", err)
 	}
@@ -121,11 +123,11 @@ func TestResiduals(t *testing.T) {
 	t.Parallel()
 	disk := newTestDisk(t, 1<<20)
 	lt := startTarget(t, Config{}, PortConfig{}, disk)
-	for _, pol := range []DescriptorPolicy{PolicyDirect, PolicyIndirect} {
-		s := login(t, lt, InitiatorConfig{Policy: pol, InitiatorPortID: MakePortID(0x77, uint64(pol))})
+	for _, pol := range []initiator.DescriptorPolicy{initiator.PolicyDirect, initiator.PolicyIndirect} {
+		s := login(t, lt, initiator.Config{Policy: pol, InitiatorPortID: srp.MakePortID(0x77, uint64(pol))})
 		clearUA(t, s)
 		want := randBytes(8192, 3)
-		if err := s.Exec(testCtx(t), 0, &Command{CDB: write10(0, 16), Dir: scsi.DirOut, Data: want}); err != nil {
+		if err := s.Exec(testCtx(t), 0, &initiator.Command{CDB: write10(0, 16), Dir: scsi.DirOut, Data: want}); err != nil {
 			t.Fatal(err)
 		}
 		for _, tc := range []struct {
@@ -137,21 +139,21 @@ func TestResiduals(t *testing.T) {
 			resid  uint32
 			status scsi.Status
 		}{
-			{"read underflow", read10(0, 8), scsi.DirIn, 8192, RspFlagDIUnder, 4096, scsi.StatusGood},
-			{"read overflow", read10(0, 8), scsi.DirIn, 2048, RspFlagDIOver, 2048, scsi.StatusGood},
-			{"write overflow", write10(0, 8), scsi.DirOut, 2048, RspFlagDOOver, 2048, scsi.StatusGood},
-			{"write underflow", write10(0, 4), scsi.DirOut, 4096, RspFlagDOUnder, 2048, scsi.StatusGood},
+			{"read underflow", read10(0, 8), scsi.DirIn, 8192, srp.RspFlagDIUnder, 4096, scsi.StatusGood},
+			{"read overflow", read10(0, 8), scsi.DirIn, 2048, srp.RspFlagDIOver, 2048, scsi.StatusGood},
+			{"write overflow", write10(0, 8), scsi.DirOut, 2048, srp.RspFlagDOOver, 2048, scsi.StatusGood},
+			{"write underflow", write10(0, 4), scsi.DirOut, 4096, srp.RspFlagDOUnder, 2048, scsi.StatusGood},
 			{"exact", read10(0, 8), scsi.DirIn, 4096, 0, 0, scsi.StatusGood},
 		} {
 			data := make([]byte, tc.n)
 			if tc.dir == scsi.DirOut {
 				copy(data, want)
 			}
-			c := &Command{CDB: tc.cdb, Dir: tc.dir, Data: data}
+			c := &initiator.Command{CDB: tc.cdb, Dir: tc.dir, Data: data}
 			if err := s.Exec(testCtx(t), 0, c); err != nil {
 				t.Fatalf("%s %s: %v", pol, tc.name, err)
 			}
-			if c.Flags&(RspFlagDIUnder|RspFlagDIOver|RspFlagDOUnder|RspFlagDOOver) != tc.flag || c.Residual != tc.resid {
+			if c.Flags&(srp.RspFlagDIUnder|srp.RspFlagDIOver|srp.RspFlagDOUnder|srp.RspFlagDOOver) != tc.flag || c.Residual != tc.resid {
 				t.Errorf("%s %s: flags %#x residual %d, want %#x %d", pol, tc.name, c.Flags, c.Residual, tc.flag, tc.resid)
 			}
 			if tc.dir == scsi.DirIn {
@@ -169,21 +171,21 @@ func TestResiduals(t *testing.T) {
 func TestFormats(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		pol    DescriptorPolicy
+		pol    initiator.DescriptorPolicy
 		pieces int
 		stat   func(Stats) uint64
 		want   uint64
 	}{
-		{PolicyAuto, 0, func(s Stats) uint64 { return s.Immediate }, 3}, // the writes of up to 8 KiB
-		{PolicyDirect, 0, func(s Stats) uint64 { return s.Direct }, 10},
-		{PolicyIndirect, 5, func(s Stats) uint64 { return s.Indirect }, 10},
-		{PolicyExternal, 7, func(s Stats) uint64 { return s.External }, 9}, // a 512-byte transfer has room for 1 descriptor only
+		{initiator.PolicyAuto, 0, func(s Stats) uint64 { return s.Immediate }, 3}, // the writes of up to 8 KiB
+		{initiator.PolicyDirect, 0, func(s Stats) uint64 { return s.Direct }, 10},
+		{initiator.PolicyIndirect, 5, func(s Stats) uint64 { return s.Indirect }, 10},
+		{initiator.PolicyExternal, 7, func(s Stats) uint64 { return s.External }, 9}, // a 512-byte transfer has room for 1 descriptor only
 
 	} {
 		t.Run(tc.pol.String(), func(t *testing.T) {
 			t.Parallel()
 			lt := startTarget(t, Config{}, PortConfig{}, newTestDisk(t, 4<<20))
-			d := openDev(t, lt, InitiatorConfig{Policy: tc.pol, IndirectPieces: tc.pieces, Channels: 2})
+			d := openDev(t, lt, initiator.Config{Policy: tc.pol, IndirectPieces: tc.pieces, Channels: 2})
 			before := tc.stat(lt.t.Stats())
 			sizes := []int{512, 4096, 8192, 64 << 10, 512 << 10}
 			off := int64(0)
@@ -213,8 +215,8 @@ func TestFormats(t *testing.T) {
 func TestImmediateDataAlignment(t *testing.T) {
 	t.Parallel()
 	lt := startTarget(t, Config{QueueDepth: 4}, PortConfig{}, nil)
-	f := rawLoginFields(MakePortID(1, 1))
-	f.ReqITIULen, f.ReqFlags, f.ImmDataOffset = 8260, ImmedRequested, 68
+	f := rawLoginFields(srp.MakePortID(1, 1))
+	f.ReqITIULen, f.ReqFlags, f.ImmDataOffset = 8260, srp.ImmedRequested, 68
 	c, err := rawLogin(t, lt.addr, loginPD(f))
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +240,7 @@ func TestAER(t *testing.T) {
 	disk := newTestDisk(t, 1<<20)
 	lt := startTarget(t, Config{}, PortConfig{}, disk)
 	events := make(chan scsi.ASC, 4)
-	s := login(t, lt, InitiatorConfig{OnAER: func(lun uint64, sense []byte) {
+	s := login(t, lt, initiator.Config{OnAER: func(lun uint64, sense []byte) {
 		if sn, err := scsi.ParseSense(sense); err == nil && sn.Key == scsi.KeyUnitAttention {
 			events <- sn.ASC
 		}
@@ -281,7 +283,7 @@ func TestInitiatorLogoutWithCommandsInFlight(t *testing.T) {
 	t.Parallel()
 	disk := newTestDisk(t, 1<<20)
 	lt := startTarget(t, Config{}, PortConfig{}, disk)
-	s := login(t, lt, InitiatorConfig{})
+	s := login(t, lt, initiator.Config{})
 	clearUA(t, s)
 	disk.hold()
 	_, res := startReads(t, s, 0, 4)
@@ -311,7 +313,7 @@ func TestInitiatorLogoutWithCommandsInFlight(t *testing.T) {
 	if st := lt.t.Stats(); st.ILogouts != 1 {
 		t.Errorf("target counted %d SRP_I_LOGOUT, want 1", st.ILogouts)
 	}
-	if err := s.Exec(testCtx(t), 0, &Command{CDB: make([]byte, 6)}); !errors.Is(err, blockdev.ErrClosed) {
+	if err := s.Exec(testCtx(t), 0, &initiator.Command{CDB: make([]byte, 6)}); !errors.Is(err, blockdev.ErrClosed) {
 		t.Errorf("Exec after Close: %v", err)
 	}
 }
@@ -320,7 +322,7 @@ func TestTargetLogoutWithCommandsInFlight(t *testing.T) {
 	t.Parallel()
 	disk := newTestDisk(t, 1<<20)
 	lt := startTarget(t, Config{}, PortConfig{}, disk)
-	d := openDev(t, lt, InitiatorConfig{Channels: 2})
+	d := openDev(t, lt, initiator.Config{Channels: 2})
 	s := d.Session()
 	disk.hold()
 	_, res := startReads(t, s, 1, 3)
@@ -329,8 +331,8 @@ func TestTargetLogoutWithCommandsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range collect(t, res, 3) {
-		var le *LogoutError
-		if !errors.As(r.err, &le) || le.Reason != TLogoutNoReason || !errors.Is(r.err, blockdev.ErrClosed) {
+		var le *initiator.LogoutError
+		if !errors.As(r.err, &le) || le.Reason != srp.TLogoutNoReason || !errors.Is(r.err, blockdev.ErrClosed) {
 			t.Errorf("command in flight at the target logout: %v, want a *LogoutError matching ErrClosed", r.err)
 		}
 	}
@@ -344,7 +346,7 @@ func TestTargetLogoutWithCommandsInFlight(t *testing.T) {
 		t.Errorf("I/O after the target logout: %v, want ErrClosed", err)
 	}
 	// The port is gone: a new login is rejected.
-	if _, err := Login(context.Background(), newProvider(t), lt.addr, testTargetID, InitiatorConfig{}); !errors.Is(err, RejUnableAssociateChannel) {
+	if _, err := initiator.Login(context.Background(), newProvider(t), lt.addr, testTargetID, initiator.Config{}); !errors.Is(err, srp.RejUnableAssociateChannel) {
 		t.Errorf("login to the removed port: %v", err)
 	}
 }
@@ -355,7 +357,7 @@ func TestTargetLogoutWithCommandsInFlight(t *testing.T) {
 func TestReadDepth(t *testing.T) {
 	t.Parallel()
 	lt := startTarget(t, Config{}, PortConfig{}, newTestDisk(t, 4<<20))
-	d := openDev(t, lt, InitiatorConfig{Policy: PolicyIndirect, IndirectPieces: 8, RDMAReadDepth: 2, Channels: 2, QueueDepth: 16})
+	d := openDev(t, lt, initiator.Config{Policy: initiator.PolicyIndirect, IndirectPieces: 8, RDMAReadDepth: 2, Channels: 2, QueueDepth: 16})
 	const n, size = 32, 64 << 10
 	buf, err := d.AllocBuffer(n * size)
 	if err != nil {
@@ -392,11 +394,11 @@ func TestReadDepth(t *testing.T) {
 func TestTargetClose(t *testing.T) {
 	t.Parallel()
 	lt := startTarget(t, Config{}, PortConfig{}, newTestDisk(t, 1<<20))
-	s := login(t, lt, InitiatorConfig{Channels: 2})
+	s := login(t, lt, initiator.Config{Channels: 2})
 	// On iWARP the target may send only after the initiator has: talk on
 	// both channels first.
 	clearUA(t, s)
-	if err := s.Exec(testCtx(t), 1, &Command{CDB: make([]byte, 6)}); err != nil {
+	if err := s.Exec(testCtx(t), 1, &initiator.Command{CDB: make([]byte, 6)}); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -410,7 +412,7 @@ func TestTargetClose(t *testing.T) {
 	for s.Err() == nil && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	var le *LogoutError
+	var le *initiator.LogoutError
 	if !errors.As(s.Err(), &le) {
 		t.Errorf("session error after the target closed: %v, want a *LogoutError", s.Err())
 	}

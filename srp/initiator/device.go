@@ -1,10 +1,11 @@
-package srp
+package initiator
 
 import (
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/rdisk/rdisk/srp"
 	"net"
 	"strconv"
 	"sync/atomic"
@@ -89,7 +90,7 @@ func (s *Session) Device(ctx context.Context, lun uint64) (*Device, error) {
 	for _, ch := range s.chans[1:] {
 		depth = min(depth, ch.depth)
 	}
-	u := URL{IDExt: s.target.Ext(), IOCGUID: s.target.GUID(), LUN: lun, HasLUN: true, Port: DefaultPort}
+	u := srp.URL{IDExt: s.target.Ext(), IOCGUID: s.target.GUID(), LUN: lun, HasLUN: true, Port: srp.DefaultPort}
 	if h, p, err := net.SplitHostPort(s.addr); err == nil {
 		u.Host = h
 		u.Port, _ = strconv.Atoi(p)
@@ -105,7 +106,7 @@ func (s *Session) Device(ctx context.Context, lun uint64) (*Device, error) {
 
 // Open logs in to the target port a URL names and opens its LUN (the URL's,
 // or the first one REPORT LUNS lists). Closing the Device logs out.
-func Open(ctx context.Context, p rdma.Provider, u URL, cfg InitiatorConfig) (*Device, error) {
+func Open(ctx context.Context, p rdma.Provider, u srp.URL, cfg Config) (*Device, error) {
 	s, err := Login(ctx, p, u.Addr(), u.TargetPortID(), cfg)
 	if err != nil {
 		return nil, err
@@ -244,7 +245,7 @@ type LUNInfo struct {
 // out. SRP has no discovery service over RDMA/CM (srp_daemon uses
 // InfiniBand management datagrams), so the URL must name the target port;
 // rdisk's default one is assumed when it does not.
-func Discover(ctx context.Context, p rdma.Provider, u URL, cfg InitiatorConfig) ([]LUNInfo, error) {
+func Discover(ctx context.Context, p rdma.Provider, u srp.URL, cfg Config) ([]LUNInfo, error) {
 	cfg.Channels = 1
 	if cfg.QueueDepth == 0 {
 		cfg.QueueDepth = 4

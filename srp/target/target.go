@@ -1,10 +1,11 @@
-package srp
+package target
 
 import (
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/rdisk/rdisk/srp"
 	"io"
 	"log/slog"
 	"net"
@@ -116,8 +117,8 @@ func (c *Config) setDefaults() error {
 	switch {
 	case c.QueueDepth < 2 || c.QueueDepth > maxQueueDepth:
 		return fmt.Errorf("srp: queue depth %d: want 2 to %d", c.QueueDepth, maxQueueDepth)
-	case c.MaxIULen < MinITIULen || c.MaxIULen > 1<<20:
-		return fmt.Errorf("srp: maximum IU length %d: want %d to 1 MiB", c.MaxIULen, MinITIULen)
+	case c.MaxIULen < srp.MinITIULen || c.MaxIULen > 1<<20:
+		return fmt.Errorf("srp: maximum IU length %d: want %d to 1 MiB", c.MaxIULen, srp.MinITIULen)
 	case c.MaxTransfer < 4096 || c.MaxTransfer > 64<<20:
 		return fmt.Errorf("srp: maximum transfer %d: want 4 KiB to 64 MiB", c.MaxTransfer)
 	case c.MaxDescriptors < 1 || c.MaxDescriptors > 4096:
@@ -133,9 +134,9 @@ func (c *Config) setDefaults() error {
 // supportedFormats is the SUPPORTED BUFFER FORMATS of the target.
 func (c *Config) supportedFormats() uint16 {
 	if c.NoIndirect {
-		return BufFmtDirect
+		return srp.BufFmtDirect
 	}
-	return BufFmtDirect | BufFmtIndirect
+	return srp.BufFmtDirect | srp.BufFmtIndirect
 }
 
 // Target is an SRP target: target ports (each an id_ext/ioc_guid pair with
@@ -152,7 +153,7 @@ type Target struct {
 	chanID atomic.Uint64
 
 	mu        sync.Mutex
-	ports     map[PortID]*Port
+	ports     map[srp.PortID]*Port
 	listeners []rdma.Listener
 	closed    bool
 
@@ -188,9 +189,9 @@ func (t *Target) Stats() Stats {
 	}
 }
 
-// NewTarget returns a target with no ports. Add ports with AddPort, then
+// New returns a target with no ports. Add ports with AddPort, then
 // Listen.
-func NewTarget(cfg Config) (*Target, error) {
+func New(cfg Config) (*Target, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -198,7 +199,7 @@ func NewTarget(cfg Config) (*Target, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	t := &Target{cfg: cfg, log: log, ports: map[PortID]*Port{}}
+	t := &Target{cfg: cfg, log: log, ports: map[srp.PortID]*Port{}}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t, nil
 }
@@ -232,7 +233,7 @@ type PortConfig struct {
 
 // aclEntry is one parsed ACL entry.
 type aclEntry struct {
-	id     PortID
+	id     srp.PortID
 	isID   bool
 	guid   uint64
 	isGUID bool
@@ -247,13 +248,13 @@ func parseACL(entries []string) ([]aclEntry, error) {
 		case net.ParseIP(s) != nil:
 			out = append(out, aclEntry{ip: net.ParseIP(s)})
 		case strings.Count(s, ":") == 3 || len(strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X")) <= 16:
-			g, err := ParseGUID(s)
+			g, err := srp.ParseGUID(s)
 			if err != nil {
 				return nil, fmt.Errorf("srp: ACL entry %q: %w", e, err)
 			}
 			out = append(out, aclEntry{guid: g, isGUID: true})
 		default:
-			id, err := ParsePortID(s)
+			id, err := srp.ParsePortID(s)
 			if err != nil {
 				return nil, fmt.Errorf("srp: ACL entry %q: %w", e, err)
 			}
@@ -268,12 +269,12 @@ func parseACL(entries []string) ([]aclEntry, error) {
 type Port struct {
 	t   *Target
 	cfg PortConfig
-	id  PortID
+	id  srp.PortID
 	st  *scsi.Target
 	acl []aclEntry
 
 	mu      sync.Mutex
-	nexuses map[PortID]*nexus
+	nexuses map[srp.PortID]*nexus
 	removed bool
 }
 
@@ -281,7 +282,7 @@ type Port struct {
 // port, sharing one SCSI session.
 type nexus struct {
 	port     *Port
-	ipid     PortID
+	ipid     srp.PortID
 	sess     *scsi.Session
 	channels []*channel // guarded by port.mu
 }
@@ -293,7 +294,7 @@ func (t *Target) AddPort(pc PortConfig) (*Port, error) {
 	if err != nil {
 		return nil, err
 	}
-	id := MakePortID(pc.IDExt, pc.IOCGUID)
+	id := srp.MakePortID(pc.IDExt, pc.IOCGUID)
 	if pc.RelativeTargetPort == 0 {
 		pc.RelativeTargetPort = 1
 	}
@@ -301,7 +302,7 @@ func (t *Target) AddPort(pc PortConfig) (*Port, error) {
 	if st == nil {
 		st = scsi.NewTarget(scsi.TargetConfig{Name: id.String()})
 	}
-	p := &Port{t: t, cfg: pc, id: id, st: st, acl: acl, nexuses: map[PortID]*nexus{}}
+	p := &Port{t: t, cfg: pc, id: id, st: st, acl: acl, nexuses: map[srp.PortID]*nexus{}}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -315,7 +316,7 @@ func (t *Target) AddPort(pc PortConfig) (*Port, error) {
 }
 
 // Port returns the target port with identifier id, or nil.
-func (t *Target) Port(id PortID) *Port {
+func (t *Target) Port(id srp.PortID) *Port {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.ports[id]
@@ -323,7 +324,7 @@ func (t *Target) Port(id PortID) *Port {
 
 // RemovePort removes a target port: its channels get SRP_T_LOGOUT and are
 // disconnected.
-func (t *Target) RemovePort(id PortID) error {
+func (t *Target) RemovePort(id srp.PortID) error {
 	t.mu.Lock()
 	p := t.ports[id]
 	delete(t.ports, id)
@@ -331,7 +332,7 @@ func (t *Target) RemovePort(id PortID) error {
 	if p == nil {
 		return fmt.Errorf("srp: no target port %s", id)
 	}
-	p.logoutAll(TLogoutNoReason)
+	p.logoutAll(srp.TLogoutNoReason)
 	return nil
 }
 
@@ -427,7 +428,7 @@ func (t *Target) Close() error {
 		l.Close()
 	}
 	for _, p := range ports {
-		p.logoutAll(TLogoutNoReason)
+		p.logoutAll(srp.TLogoutNoReason)
 	}
 	// Give the SRP_T_LOGOUTs a moment to leave before cutting the rest.
 	deadline := time.Now().Add(1500 * time.Millisecond)
@@ -442,15 +443,15 @@ func (t *Target) Close() error {
 }
 
 // ID returns the target port identifier.
-func (p *Port) ID() PortID { return p.id }
+func (p *Port) ID() srp.PortID { return p.id }
 
 // SCSI returns the port's SCSI target. Map LUNs through Port.Map to have
 // logged-in initiators notified.
 func (p *Port) SCSI() *scsi.Target { return p.st }
 
 // URL returns the srp:// URL of the port reached at addr ("host:port").
-func (p *Port) URL(addr string) URL {
-	u := URL{Port: DefaultPort, IDExt: p.cfg.IDExt, IOCGUID: p.cfg.IOCGUID}
+func (p *Port) URL(addr string) srp.URL {
+	u := srp.URL{Port: srp.DefaultPort, IDExt: p.cfg.IDExt, IOCGUID: p.cfg.IOCGUID}
 	h, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		u.Host = addr
@@ -520,7 +521,7 @@ func (p *Port) Channels() int {
 	return n
 }
 
-func (p *Port) logoutAll(r TLogoutReason) {
+func (p *Port) logoutAll(r srp.TLogoutReason) {
 	p.mu.Lock()
 	p.removed = true
 	var chs []*channel
@@ -534,7 +535,7 @@ func (p *Port) logoutAll(r TLogoutReason) {
 }
 
 // allowed checks the ACL.
-func (p *Port) allowed(ipid PortID, remote net.Addr) bool {
+func (p *Port) allowed(ipid srp.PortID, remote net.Addr) bool {
 	if p.cfg.AllowAnyInitiator {
 		return true
 	}
@@ -563,32 +564,32 @@ func (p *Port) allowed(ipid PortID, remote net.Addr) bool {
 func (t *Target) login(prov rdma.Provider, req rdma.ConnRequest) {
 	t.log.Debug("srp: login request", "peer", req.RemoteAddr(), "ird", req.ResponderResources(), "ord", req.InitiatorDepth(),
 		"private_data", hex.EncodeToString(req.PrivateData()))
-	f, err := ParseLoginReqRDMA(req.PrivateData())
+	f, err := srp.ParseLoginReqRDMA(req.PrivateData())
 	if err != nil {
-		t.reject(req, 0, RejUnableEstablishChannel, err)
+		t.reject(req, 0, srp.RejUnableEstablishChannel, err)
 		return
 	}
 	cfg := &t.cfg
 	switch {
-	case f.ReqITIULen < MinITIULen || f.ReqITIULen > uint32(cfg.MaxIULen):
-		t.reject(req, f.Tag, RejITIULenTooLarge, fmt.Errorf("it_iu_len %d out of range %d..%d", f.ReqITIULen, MinITIULen, cfg.MaxIULen))
+	case f.ReqITIULen < srp.MinITIULen || f.ReqITIULen > uint32(cfg.MaxIULen):
+		t.reject(req, f.Tag, srp.RejITIULenTooLarge, fmt.Errorf("it_iu_len %d out of range %d..%d", f.ReqITIULen, srp.MinITIULen, cfg.MaxIULen))
 		return
 	case f.ReqBufFmt&^cfg.supportedFormats() != 0:
-		t.reject(req, f.Tag, RejUnsupportedDescFormat, fmt.Errorf("required buffer formats %#x, supported %#x", f.ReqBufFmt, cfg.supportedFormats()))
+		t.reject(req, f.Tag, srp.RejUnsupportedDescFormat, fmt.Errorf("required buffer formats %#x, supported %#x", f.ReqBufFmt, cfg.supportedFormats()))
 		return
-	case f.MultiChannel() > MultiChanMulti:
-		t.reject(req, f.Tag, RejUnableEstablishChannel, fmt.Errorf("reserved multi-channel action %d", f.MultiChannel()))
+	case f.MultiChannel() > srp.MultiChanMulti:
+		t.reject(req, f.Tag, srp.RejUnableEstablishChannel, fmt.Errorf("reserved multi-channel action %d", f.MultiChannel()))
 		return
 	}
 	t.mu.Lock()
 	p := t.ports[f.TargetPortID]
 	t.mu.Unlock()
 	if p == nil {
-		t.reject(req, f.Tag, RejUnableAssociateChannel, fmt.Errorf("no target port %s", f.TargetPortID))
+		t.reject(req, f.Tag, srp.RejUnableAssociateChannel, fmt.Errorf("no target port %s", f.TargetPortID))
 		return
 	}
 	if !p.allowed(f.InitiatorPortID, req.RemoteAddr()) {
-		t.reject(req, f.Tag, RejUnableEstablishChannel, fmt.Errorf("initiator %s at %s is not in the ACL of %s", f.InitiatorPortID, req.RemoteAddr(), p.id))
+		t.reject(req, f.Tag, srp.RejUnableEstablishChannel, fmt.Errorf("initiator %s at %s is not in the ACL of %s", f.InitiatorPortID, req.RemoteAddr(), p.id))
 		return
 	}
 	p.mu.Lock()
@@ -598,48 +599,48 @@ func (t *Target) login(prov rdma.Provider, req rdma.ConnRequest) {
 		existing = len(nx.channels)
 	}
 	p.mu.Unlock()
-	if f.MultiChannel() == MultiChanMulti && existing > 0 {
+	if f.MultiChannel() == srp.MultiChanMulti && existing > 0 {
 		if cfg.MaxChannels == 1 {
-			t.reject(req, f.Tag, RejMultiChannelUnsupp, fmt.Errorf("multichannel login, channels limited to 1"))
+			t.reject(req, f.Tag, srp.RejMultiChannelUnsupp, fmt.Errorf("multichannel login, channels limited to 1"))
 			return
 		}
 		if existing >= cfg.MaxChannels {
-			t.reject(req, f.Tag, RejChannelLimitReached, fmt.Errorf("%d channels already", existing))
+			t.reject(req, f.Tag, srp.RejChannelLimitReached, fmt.Errorf("%d channels already", existing))
 			return
 		}
 	}
 	immOff := 0
-	if f.ReqFlags&ImmedRequested != 0 && !cfg.NoImmediateData && int(f.ImmDataOffset) >= CmdSize && uint32(f.ImmDataOffset) < f.ReqITIULen {
+	if f.ReqFlags&srp.ImmedRequested != 0 && !cfg.NoImmediateData && int(f.ImmDataOffset) >= srp.CmdSize && uint32(f.ImmDataOffset) < f.ReqITIULen {
 		immOff = int(f.ImmDataOffset)
 	}
 	ch, err := t.newChannel(prov, p, f, immOff, req.RemoteAddr())
 	if err != nil {
-		t.reject(req, f.Tag, RejInsufficientResources, err)
+		t.reject(req, f.Tag, srp.RejInsufficientResources, err)
 		return
 	}
-	terminated, err := p.attach(ch, f.MultiChannel() == MultiChanSingle)
+	terminated, err := p.attach(ch, f.MultiChannel() == srp.MultiChanSingle)
 	if err != nil {
-		reason := RejInsufficientResources
+		reason := srp.RejInsufficientResources
 		errors.As(err, &reason)
 		t.reject(req, f.Tag, reason, err)
 		ch.end("login rejected")
 		return
 	}
-	rsp := make([]byte, LoginRspSize)
-	rf := LoginRspFields{
+	rsp := make([]byte, srp.LoginRspSize)
+	rf := srp.LoginRspFields{
 		ReqLimDelta: int32(ch.depth), Tag: f.Tag, MaxITIULen: uint32(cfg.MaxIULen), MaxTIIULen: uint32(ch.tiLen),
 		BufFmt: cfg.supportedFormats(),
 	}
 	switch {
 	case terminated:
-		rf.Flags = LoginRspTerminated
-	case f.MultiChannel() == MultiChanMulti && existing > 0:
-		rf.Flags = LoginRspMaintained
+		rf.Flags = srp.LoginRspTerminated
+	case f.MultiChannel() == srp.MultiChanMulti && existing > 0:
+		rf.Flags = srp.LoginRspMaintained
 	}
 	if immOff != 0 {
-		rf.Flags |= LoginRspImmedSupp
+		rf.Flags |= srp.LoginRspImmedSupp
 	}
-	LoginRsp(rsp).Encode(&rf)
+	srp.LoginRsp(rsp).Encode(&rf)
 	ch.mu.Lock()
 	ch.granted = int64(ch.depth)
 	ch.mu.Unlock()
@@ -666,11 +667,11 @@ func readDepth(want, peerIRD int) int {
 }
 
 // reject refuses a login with an SRP_LOGIN_REJ.
-func (t *Target) reject(req rdma.ConnRequest, tag uint64, r RejectReason, why error) {
+func (t *Target) reject(req rdma.ConnRequest, tag uint64, r srp.RejectReason, why error) {
 	t.stats.rejects.Add(1)
 	t.log.Info("srp: login rejected", "peer", req.RemoteAddr(), "reason", r.String(), "detail", why)
-	b := make([]byte, LoginRejSize)
-	LoginRej(b).Encode(&LoginRejFields{Reason: r, Tag: tag, BufFmt: t.cfg.supportedFormats()})
+	b := make([]byte, srp.LoginRejSize)
+	srp.LoginRej(b).Encode(&srp.LoginRejFields{Reason: r, Tag: tag, BufFmt: t.cfg.supportedFormats()})
 	req.Reject(b)
 }
 
@@ -682,7 +683,7 @@ func (p *Port) attach(ch *channel, single bool) (terminated bool, err error) {
 	p.mu.Lock()
 	if p.removed {
 		p.mu.Unlock()
-		return false, fmt.Errorf("%w: target port %s was removed", RejUnableAssociateChannel, p.id)
+		return false, fmt.Errorf("%w: target port %s was removed", srp.RejUnableAssociateChannel, p.id)
 	}
 	nx := p.nexuses[ch.ipid]
 	if nx == nil {
@@ -695,7 +696,7 @@ func (p *Port) attach(ch *channel, single bool) (terminated bool, err error) {
 		})
 		if err != nil {
 			p.mu.Unlock()
-			return false, fmt.Errorf("%w: %v", RejUnableEstablishChannel, err)
+			return false, fmt.Errorf("%w: %v", srp.RejUnableEstablishChannel, err)
 		}
 		nx = &nexus{port: p, ipid: ch.ipid, sess: sess}
 		p.nexuses[ch.ipid] = nx
@@ -706,7 +707,7 @@ func (p *Port) attach(ch *channel, single bool) (terminated bool, err error) {
 	p.mu.Unlock()
 	if single {
 		for _, o := range old {
-			o.logout(TLogoutMultiChannel)
+			o.logout(srp.TLogoutMultiChannel)
 		}
 	}
 	return single && len(old) > 0, nil
@@ -731,3 +732,7 @@ func (p *Port) detach(ch *channel) {
 		nx.sess.Close()
 	}
 }
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }

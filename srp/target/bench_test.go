@@ -1,7 +1,8 @@
-package srp
+package target
 
 import (
 	"context"
+	"github.com/rdisk/rdisk/srp/initiator"
 	"os"
 	"strings"
 	"testing"
@@ -32,7 +33,7 @@ func TestBenchLoopback(t *testing.T) {
 		t.Fatal(err)
 	}
 	lt := startTarget(t, Config{}, PortConfig{}, disk)
-	dev, err := Open(context.Background(), newProvider(t), lt.port.URL(lt.addr), InitiatorConfig{Logger: testLogger(), Channels: 1, QueueDepth: 32})
+	dev, err := initiator.Open(context.Background(), newProvider(t), lt.port.URL(lt.addr), initiator.Config{Logger: testLogger(), Channels: 1, QueueDepth: 32})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,45 @@
+// Package target is rdisk's SRP target: target ports (an id_ext/ioc_guid
+// pair, a SCSI target of LUNs and an ACL) served on RDMA/CM listeners over
+// any rdma.Provider, with the IU codecs of package srp.
+//
+//	t, _ := target.New(target.Config{Logger: log})
+//	port, _ := t.AddPort(target.PortConfig{IDExt: srp.DefaultIDExt, IOCGUID: srp.DefaultIOCGUID, AllowAnyInitiator: true})
+//	lu, _ := scsi.NewLU(disk, scsi.LUConfig{MaxTransferBlocks: uint32(t.Config().MaxTransfer / disk.BlockSize())})
+//	port.Map(0, lu)
+//	addr, _ := t.Listen(ctx, provider, "0.0.0.0:5555") // or t.ListenAndServe
+//	fmt.Println(port.URL(addr.String()))                  // srp://HOST:5555/ID_EXT/IOC_GUID
+//
+// A login (srp_login_req_rdma in the connect private data) is checked as
+// Linux srpt does: the IU length (RejITIULenTooLarge), the target port
+// identifier (RejUnableAssociateChannel), the required buffer formats
+// (RejUnsupportedDescFormat), the ACL (RejUnableEstablishChannel), the
+// multi-channel action and channel limits; the SRP_LOGIN_RSP is the accept
+// private data and SRP_LOGIN_REJ the reject private data. Channels of one
+// initiator port on one target port form an I_T nexus sharing one
+// scsi.Session; a login with MULTI-CHANNEL ACTION 0 logs the others out.
+//
+// Each channel posts QueueDepth+1 receive buffers and grants QueueDepth
+// credits in the login response. A receive buffer goes back to the
+// initiator before the response that returns its credit (REQUEST LIMIT
+// DELTA: one plus the credits freed meanwhile). Credits of commands that
+// end without a response (aborted by their own nexus) go back with the
+// next response or, when none is coming or the initiator runs low, with
+// SRP_CRED_REQ; the target keeps at most one request (CRED_REQ, AER_REQ)
+// outstanding. Port.Map, Unmap and CapacityChanged send SRP_AER_REQ with
+// REPORTED LUNS DATA HAS CHANGED or CAPACITY DATA HAS CHANGED.
+//
+// Data-out is pulled with RDMA Read (one per descriptor, as many in flight
+// as the initiator's IRD allows; an indirect table not wholly in the IU is
+// fetched first, or refused with Config.NoExternalTables) into a per-slot
+// registered buffer, or used in place when it came as immediate data (the
+// receive buffers put it on a 4 KiB boundary for O_DIRECT backstores);
+// data-in goes by RDMA Write before the SRP_RSP. Residuals map to
+// DOUNDER/DOOVER/DIUNDER/DIOVER. Task management functions run the SCSI
+// core's aborts and resets on their own goroutine; commands not yet in the
+// core (RDMA Read in flight, queued) are dropped by the transport.
+//
+// One goroutine per channel polls its CQ, parses IUs and posts RDMA
+// operations; commands on disks that never block (RAM, null) run there,
+// others on Config.Workers goroutines per channel. Target and Port methods
+// are safe for concurrent use.
+package target
