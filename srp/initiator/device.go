@@ -2,10 +2,8 @@ package initiator
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/rdisk/rdisk/srp"
 	"net"
 	"strconv"
 	"sync/atomic"
@@ -14,78 +12,54 @@ import (
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/rdma"
 	"github.com/rdisk/rdisk/scsi"
+	"github.com/rdisk/rdisk/scsi/host"
+	"github.com/rdisk/rdisk/srp"
 )
 
-// Device is one logical unit of a session as a blockdev.Device: reads and
-// writes become READ(16)/WRITE(16) (FUA), flushes SYNCHRONIZE CACHE(16),
-// discards UNMAP and write-zeroes WRITE SAME(16) with NDOB. Request.Queue
-// picks the channel; each channel's queue depth is bounded by the target's
-// credits. It is safe for concurrent use.
+// Device is one logical unit of a session as a blockdev.Device. The SCSI
+// host layer (scsi/host) probes it and builds each request's command:
+// READ(16)/WRITE(16) (FUA), SYNCHRONIZE CACHE(16), UNMAP, WRITE SAME(16)
+// of a zero block. Request.Queue picks the channel; each channel's queue
+// depth is bounded by the target's credits. It is safe for concurrent use.
 type Device struct {
 	s      *Session
 	lun    uint64
+	lu     host.LU
 	info   blockdev.Info
-	shift  uint
 	owned  bool
 	closed atomic.Bool
+
+	zero   []byte  // one block of zeroes: WRITE SAME's data-out
+	zeroMR rdma.MR // zero, registered in the session's PD
 }
 
 var _ blockdev.Device = (*Device)(nil)
 
-// Device opens LUN lun for I/O: it clears the unit attentions of the new
-// nexus (TEST UNIT READY), reads the capacity, the write protection (MODE
-// SENSE) and the block limits (VPD page B0h).
+var _ host.Runner = (*Session)(nil)
+
+// RunSCSI implements host.Runner: c runs on the first channel, once.
+func (s *Session) RunSCSI(ctx context.Context, c *host.Command) error {
+	sc := Command{LUN: c.LUN, CDB: c.CDB, Dir: c.Dir, Data: c.Data}
+	err := s.Exec(ctx, 0, &sc)
+	c.Status, c.Sense = sc.Status, sc.Sense
+	if c.Dir == scsi.DirIn && sc.Flags&srp.RspFlagDIUnder != 0 {
+		c.Resid = sc.Residual
+	}
+	var se *SCSIError
+	if errors.As(err, &se) {
+		return nil // the status is the outcome
+	}
+	return err
+}
+
+// Device opens LUN lun for I/O: host.Probe clears the unit attentions of
+// the new nexus, checks the device type and reads the capacity, the block
+// limits and provisioning VPD pages and the write protection.
 func (s *Session) Device(ctx context.Context, lun uint64) (*Device, error) {
-	tur := &Command{LUN: lun, CDB: make([]byte, 6)}
-	if err := s.execUA(ctx, tur); err != nil {
-		return nil, fmt.Errorf("srp: LUN %d: TEST UNIT READY: %w", lun, err)
-	}
-	capa, err := s.ReadCapacity(ctx, lun)
+	lu, err := host.Probe(ctx, s, lun, s.cfg.MaxTransfer)
 	if err != nil {
-		return nil, fmt.Errorf("srp: LUN %d: %w", lun, err)
+		return nil, fmt.Errorf("srp: %w", err)
 	}
-	bs := capa.BlockSize
-	if bs < 512 || bs > 65536 || bs&(bs-1) != 0 {
-		return nil, fmt.Errorf("srp: LUN %d: unsupported block size %d", lun, bs)
-	}
-	shift := uint(0)
-	for 1<<shift != bs {
-		shift++
-	}
-	if capa.Blocks > uint64(1<<62)>>shift {
-		return nil, fmt.Errorf("srp: LUN %d: %d blocks is too large", lun, capa.Blocks)
-	}
-	maxXfer := s.cfg.MaxTransfer
-	maxZero := int64(1<<30) >> shift
-	var maxUnmap uint64
-	page := make([]byte, 64)
-	vpd := &Command{LUN: lun, CDB: []byte{scsi.OpInquiry, 1, 0xb0, 0, 64, 0}, Dir: scsi.DirIn, Data: page}
-	if err := s.execUA(ctx, vpd); err == nil && page[1] == 0xb0 {
-		if m := binary.BigEndian.Uint32(page[8:12]); m != 0 {
-			maxXfer = min(maxXfer, int(m)<<shift)
-		}
-		if m := binary.BigEndian.Uint64(page[36:44]); m != 0 {
-			maxZero = min(maxZero, int64(min(m, 1<<40)))
-		}
-		maxUnmap = uint64(binary.BigEndian.Uint32(page[20:24]))
-	}
-	maxXfer -= maxXfer % bs
-	if maxXfer < bs {
-		return nil, fmt.Errorf("srp: LUN %d: %d-byte blocks exceed the %d-byte transfer limit", lun, bs, s.cfg.MaxTransfer)
-	}
-	caps := blockdev.CapFlush | blockdev.CapFUA | blockdev.CapWriteZeroes
-	if capa.Thin {
-		caps |= blockdev.CapDiscard
-		if maxUnmap != 0 {
-			maxZero = min(maxZero, int64(maxUnmap))
-		}
-	}
-	ms := make([]byte, 4)
-	mode := &Command{LUN: lun, CDB: []byte{scsi.OpModeSense6, 0x08, 0x3f, 0, 4, 0}, Dir: scsi.DirIn, Data: ms}
-	if err := s.execUA(ctx, mode); err == nil && ms[2]&0x80 != 0 {
-		caps |= blockdev.CapReadOnly
-	}
-	maxZero = min(maxZero, int64(0xffffffff))
 	depth := s.chans[0].depth
 	for _, ch := range s.chans[1:] {
 		depth = min(depth, ch.depth)
@@ -95,13 +69,11 @@ func (s *Session) Device(ctx context.Context, lun uint64) (*Device, error) {
 		u.Host = h
 		u.Port, _ = strconv.Atoi(p)
 	}
-	return &Device{
-		s: s, lun: lun, shift: shift,
-		info: blockdev.Info{
-			Name: u.String(), BlockSize: bs, Size: int64(capa.Blocks) << shift, Queues: len(s.chans), QueueDepth: depth,
-			MaxTransfer: maxXfer, MaxZeroes: maxZero << shift, Caps: caps,
-		},
-	}, nil
+	d := &Device{s: s, lun: lun, lu: lu, info: lu.Info(u.String(), len(s.chans), depth), zero: alignedBuffer(lu.BlockSize)}
+	if d.zeroMR, err = s.pd.RegisterMemory(d.zero, rdma.AccessLocalWrite); err != nil {
+		return nil, fmt.Errorf("srp: LUN %d: registering the zero block: %w", lun, err)
+	}
+	return d, nil
 }
 
 // Open logs in to the target port a URL names and opens its LUN (the URL's,
@@ -139,6 +111,9 @@ func (d *Device) Session() *Session { return d.s }
 // LUN returns the logical unit number.
 func (d *Device) LUN() uint64 { return d.lun }
 
+// LU returns what the probe learned about the logical unit.
+func (d *Device) LU() host.LU { return d.lu }
+
 // Info implements blockdev.Device.
 func (d *Device) Info() blockdev.Info { return d.info }
 
@@ -146,13 +121,18 @@ func (d *Device) Info() blockdev.Info { return d.info }
 func (d *Device) AllocBuffer(size int) (blockdev.Buffer, error) { return d.s.AllocBuffer(size) }
 
 // Close implements blockdev.Device: it logs out if Open made the session,
-// else it only stops further submissions.
+// else it only stops further submissions (a write-zeroes still in flight
+// then may fail: its zero block is released).
 func (d *Device) Close() error {
-	d.closed.Store(true)
-	if d.owned {
-		return d.s.Close()
+	if d.closed.Swap(true) {
+		return nil
 	}
-	return nil
+	var err error
+	if d.owned {
+		err = d.s.Close()
+	}
+	d.zeroMR.Deregister()
+	return err
 }
 
 // Submit implements blockdev.Device. It does not allocate.
@@ -177,38 +157,21 @@ func (d *Device) Submit(r *blockdev.Request) error {
 		return err
 	}
 	sl.kind, sl.req = kindIO, r
-	lba := uint64(r.Offset) >> d.shift
-	nlb := uint32(r.Length >> d.shift)
 	var cdb [16]byte
-	x := xfer{}
-	switch r.Op {
-	case blockdev.OpRead, blockdev.OpWrite:
-		cdb[0], sl.name, x.dir = scsi.OpRead16, "read", scsi.DirIn
-		if r.Op == blockdev.OpWrite {
-			cdb[0], sl.name, x.dir = scsi.OpWrite16, "write", scsi.DirOut
-		}
-		if r.Flags&blockdev.FUA != 0 {
-			cdb[1] = 0x08
-		}
-		binary.BigEndian.PutUint64(cdb[2:], lba)
-		binary.BigEndian.PutUint32(cdb[10:], nlb)
+	io, err := d.lu.BuildIO(&cdb, sl.table, r) // the UNMAP parameters go in the slot's remote-readable area
+	if err != nil {
+		ch.release(sl, true)
+		return err
+	}
+	sl.name = io.Name
+	x := xfer{dir: io.Dir}
+	switch io.Data {
+	case host.DataBuffer:
 		x.mr, x.off, x.n = buf.mr, r.BufOff, r.Length
-	case blockdev.OpFlush:
-		cdb[0], sl.name = scsi.OpSyncCache16, "synchronize cache"
-	case blockdev.OpWriteZeroes:
-		cdb[0], cdb[1], sl.name = scsi.OpWriteSame16, 0x01, "write same" // NDOB
-		binary.BigEndian.PutUint64(cdb[2:], lba)
-		binary.BigEndian.PutUint32(cdb[10:], nlb)
-	case blockdev.OpDiscard:
-		cdb[0], sl.name = scsi.OpUnmap, "unmap"
-		p := sl.table[:24]
-		clear(p)
-		binary.BigEndian.PutUint16(p[0:], 22)
-		binary.BigEndian.PutUint16(p[2:], 16)
-		binary.BigEndian.PutUint64(p[8:], lba)
-		binary.BigEndian.PutUint32(p[16:], nlb)
-		binary.BigEndian.PutUint16(cdb[7:], 24)
-		x = xfer{dir: scsi.DirOut, n: 24, param: true}
+	case host.DataParam:
+		x.n, x.param = io.Len, true
+	case host.DataZeroBlock:
+		x.mr, x.n = d.zeroMR, io.Len
 	}
 	if err := ch.build(sl, d.lun, cdb[:], x); err != nil {
 		ch.release(sl, true)
@@ -263,16 +226,16 @@ func Discover(ctx context.Context, p rdma.Provider, u srp.URL, cfg Config) ([]LU
 	for _, lun := range luns {
 		inq, err := s.Inquiry(ctx, lun)
 		if err != nil {
-			return nil, fmt.Errorf("srp: LUN %d: %w", lun, err)
+			return nil, err
 		}
 		lu := u
 		lu.LUN, lu.HasLUN = lun, true
 		e := LUNInfo{LUN: lun, URL: lu.String(), Vendor: inq.Vendor, Product: inq.Product, Revision: inq.Revision, Type: inq.DeviceType}
 		if capa, err := s.ReadCapacity(ctx, lun); err == nil {
-			e.Blocks, e.BlockSize, e.Thin = capa.Blocks, capa.BlockSize, capa.Thin
+			e.Blocks, e.BlockSize, e.Thin = capa.Blocks, capa.BlockSize, capa.LBPME
 			e.Size = capa.Blocks * uint64(capa.BlockSize)
 		} else if !errors.Is(err, blockdev.ErrUnsupported) {
-			return nil, fmt.Errorf("srp: LUN %d: %w", lun, err)
+			return nil, err
 		}
 		out = append(out, e)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/rdma"
 	"github.com/rdisk/rdisk/scsi"
+	"github.com/rdisk/rdisk/scsi/host"
 )
 
 // Initiator work request IDs: slot index for command Sends, receive index
@@ -556,19 +557,10 @@ func (ch *ichannel) onRsp(b []byte) error {
 	return nil
 }
 
-// retryable tells whether a completed I/O should be sent again.
+// retryable tells whether a completed I/O should be sent again (the SCSI
+// host layer's policy).
 func (sl *islot) retryable() bool {
-	if sl.retries >= 3 {
-		return false
-	}
-	switch scsi.Status(sl.status) {
-	case scsi.StatusBusy, scsi.StatusTaskSetFull:
-		return true
-	case scsi.StatusCheckCondition:
-		s, err := scsi.ParseSense(sl.sense[:sl.senseLen])
-		return err == nil && s.Key == scsi.KeyUnitAttention
-	}
-	return false
+	return host.Retry(scsi.Status(sl.status), sl.sense[:sl.senseLen], sl.retries)
 }
 
 // finish completes an in-flight slot (the completion goroutine owns it).

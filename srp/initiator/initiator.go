@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/rdma"
 	"github.com/rdisk/rdisk/scsi"
+	"github.com/rdisk/rdisk/scsi/host"
 )
 
 // DescriptorPolicy selects how the initiator describes data buffers.
@@ -181,46 +181,15 @@ func (e *LoginError) Error() string {
 // Unwrap returns the reason, so errors.Is(err, RejITIULenTooLarge) works.
 func (e *LoginError) Unwrap() error { return e.Reason }
 
-// SCSIError is a command that completed with a status other than GOOD.
-// It matches the blockdev sentinel of its class with errors.Is.
-type SCSIError struct {
-	Command string
-	Status  scsi.Status
-	// Sense is the sense data (CHECK CONDITION), and Parsed its decoding.
-	Sense  []byte
-	Parsed scsi.Sense
-}
+// SCSIError is a command that completed with a status other than GOOD:
+// the SCSI host layer's error, shared with the iSER initiator. It matches
+// the blockdev sentinel of its status and sense with errors.Is
+// (host.StatusError.Class).
+type SCSIError = host.StatusError
 
+// newSCSIError returns the error of command name ending with status st.
 func newSCSIError(name string, st scsi.Status, sense []byte) *SCSIError {
-	e := &SCSIError{Command: name, Status: st, Sense: append([]byte(nil), sense...)}
-	e.Parsed, _ = scsi.ParseSense(e.Sense)
-	return e
-}
-
-// Error gives the status and, for CHECK CONDITION, the sense key and
-// additional sense code.
-func (e *SCSIError) Error() string {
-	if e.Status == scsi.StatusCheckCondition {
-		return fmt.Sprintf("srp: %s: %s, %s %s", e.Command, e.Status, e.Parsed.Key, e.Parsed.ASC)
-	}
-	return fmt.Sprintf("srp: %s: %s", e.Command, e.Status)
-}
-
-// Is maps the status and sense key to the blockdev sentinels.
-func (e *SCSIError) Is(target error) bool {
-	k, asc := e.Parsed.Key, e.Parsed.ASC
-	cc := e.Status == scsi.StatusCheckCondition
-	switch target {
-	case blockdev.ErrRange:
-		return cc && k == scsi.KeyIllegalRequest && asc == scsi.ASCLBAOutOfRange
-	case blockdev.ErrReadOnly:
-		return cc && k == scsi.KeyDataProtect
-	case blockdev.ErrUnsupported:
-		return cc && k == scsi.KeyIllegalRequest && asc == scsi.ASCInvalidCommandOpcode
-	case blockdev.ErrIO:
-		return !cc || k == scsi.KeyMediumError || k == scsi.KeyHardwareError || k == scsi.KeyAbortedCommand || k == scsi.KeyNotReady
-	}
-	return false
+	return host.NewStatusError("srp", name, st, sense)
 }
 
 // Session is an initiator's login to an SRP target port: one or more RDMA
@@ -655,8 +624,9 @@ type Command struct {
 
 // Exec runs c on channel ch (modulo the channel count) and waits for its
 // response. It returns an error for transport failures; the SCSI status is
-// in c.Status (a *SCSIError is also returned for statuses other than GOOD).
-// If ctx ends first, Exec returns ctx.Err() and the command completes in
+// in c.Status (a *SCSIError is also returned for statuses other than GOOD;
+// Exec sends the command once: host.Do, through RunSCSI, retries unit
+// attentions). If ctx ends first, Exec returns ctx.Err() and the command completes in
 // the background.
 func (s *Session) Exec(ctx context.Context, chIdx int, c *Command) error {
 	if s.closed.Load() {
@@ -667,11 +637,7 @@ func (s *Session) Exec(ctx context.Context, chIdx int, c *Command) error {
 	if err != nil {
 		return err
 	}
-	name := "command"
-	if len(c.CDB) > 0 {
-		name = fmt.Sprintf("command 0x%02x", c.CDB[0])
-	}
-	sl.kind, sl.name = kindSync, name
+	sl.kind, sl.name = kindSync, host.CommandName(c.CDB)
 	x := xfer{dir: c.Dir}
 	if len(c.Data) > 0 && c.Dir != scsi.DirNone {
 		if len(c.Data) > s.cfg.MaxTransfer {
@@ -786,88 +752,33 @@ func (s *Session) TaskManagement(ctx context.Context, chIdx int, fn srp.TaskFunc
 
 // ReportLUNs returns the LUN numbers the target reports (REPORT LUNS).
 func (s *Session) ReportLUNs(ctx context.Context) ([]uint64, error) {
-	alloc := 8 + 8*256
-	for {
-		data := make([]byte, alloc)
-		cdb := make([]byte, 12)
-		cdb[0] = scsi.OpReportLUNs
-		binary.BigEndian.PutUint32(cdb[6:], uint32(alloc))
-		c := &Command{CDB: cdb, Dir: scsi.DirIn, Data: data}
-		if err := s.execUA(ctx, c); err != nil {
-			return nil, err
-		}
-		n := int(binary.BigEndian.Uint32(data[0:4]))
-		if 8+n > alloc && alloc < 8+8*16384 {
-			alloc = 8 + n
-			continue
-		}
-		var luns []uint64
-		for p := 8; p+8 <= min(8+n, len(data)); p += 8 {
-			if l, err := scsi.DecodeLUN([8]byte(data[p : p+8])); err == nil {
-				luns = append(luns, l)
-			}
-		}
-		return luns, nil
+	luns, err := host.ReportLUNs(ctx, s)
+	if err != nil {
+		return nil, fmt.Errorf("srp: %w", err)
 	}
-}
-
-// execUA runs a command on channel 0, repeating it after unit attentions.
-func (s *Session) execUA(ctx context.Context, c *Command) error {
-	var err error
-	for range 5 {
-		err = s.Exec(ctx, 0, c)
-		var se *SCSIError
-		if errors.As(err, &se) && se.Status == scsi.StatusCheckCondition && se.Parsed.Key == scsi.KeyUnitAttention {
-			continue
-		}
-		return err
-	}
-	return err
+	return luns, nil
 }
 
 // Inquiry is the standard INQUIRY data of a logical unit.
-type Inquiry struct {
-	PeripheralQualifier uint8
-	DeviceType          uint8
-	Vendor              string
-	Product             string
-	Revision            string
-}
+type Inquiry = host.InquiryData
 
 // Inquiry returns the standard INQUIRY data of lun.
 func (s *Session) Inquiry(ctx context.Context, lun uint64) (Inquiry, error) {
-	data := make([]byte, 96)
-	c := &Command{LUN: lun, CDB: []byte{scsi.OpInquiry, 0, 0, 0, 96, 0}, Dir: scsi.DirIn, Data: data}
-	if err := s.execUA(ctx, c); err != nil {
-		return Inquiry{}, err
+	inq, err := host.Inquiry(ctx, s, lun)
+	if err != nil {
+		return Inquiry{}, fmt.Errorf("srp: LUN %d: %w", lun, err)
 	}
-	trim := func(b []byte) string { return strings.TrimRight(string(b), " \x00") }
-	return Inquiry{
-		PeripheralQualifier: data[0] >> 5, DeviceType: data[0] & 0x1f,
-		Vendor: trim(data[8:16]), Product: trim(data[16:32]), Revision: trim(data[32:36]),
-	}, nil
+	return inq, nil
 }
 
 // Capacity is what READ CAPACITY(16) reports.
-type Capacity struct {
-	Blocks    uint64
-	BlockSize int
-	// Thin is LBPME: the LU supports UNMAP.
-	Thin bool
-}
+type Capacity = host.Capacity
 
 // ReadCapacity returns the capacity of lun (READ CAPACITY(16)).
 func (s *Session) ReadCapacity(ctx context.Context, lun uint64) (Capacity, error) {
-	data := make([]byte, 32)
-	cdb := make([]byte, 16)
-	cdb[0], cdb[1] = scsi.OpServiceActionIn16, scsi.SAReadCapacity16
-	binary.BigEndian.PutUint32(cdb[10:], 32)
-	c := &Command{LUN: lun, CDB: cdb, Dir: scsi.DirIn, Data: data}
-	if err := s.execUA(ctx, c); err != nil {
-		return Capacity{}, err
+	c, err := host.ReadCapacity(ctx, s, lun)
+	if err != nil {
+		return Capacity{}, fmt.Errorf("srp: LUN %d: %w", lun, err)
 	}
-	return Capacity{
-		Blocks: binary.BigEndian.Uint64(data[0:8]) + 1, BlockSize: int(binary.BigEndian.Uint32(data[8:12])),
-		Thin: data[14]&0x80 != 0,
-	}, nil
+	return c, nil
 }
