@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/rdisk/rdisk/backstore"
+	"github.com/urfave/cli/v2"
+)
+
+// TestTargetFillFlag: --fill is refused where there is no RAM disk to
+// fill, with an error naming the flag.
+func TestTargetFillFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // error substring; empty: no error
+	}{
+		{[]string{"--fill"}, ""},
+		{[]string{"--fill", "--size", "64MiB", "--block-size", "4096"}, ""},
+		{[]string{"--fill", "--file", "/dev/null"}, "--fill writes over the RAM disk only"},
+		{[]string{"--fill", "--device", "/dev/null"}, "--fill writes over the RAM disk only"},
+		{[]string{"--fill", "--config", "/nonexistent.json"}, "--fill writes over the RAM disk of the quick flags only, not with --config"},
+	} {
+		cmd := targetCommand()
+		cmd.Action = func(c *cli.Context) error {
+			_, err := targetConfig(c)
+			return err
+		}
+		app := &cli.App{Name: "rdisk", Writer: &bytes.Buffer{}, ErrWriter: &bytes.Buffer{}, Commands: []*cli.Command{cmd}}
+		err := app.RunContext(context.Background(), append([]string{"rdisk", "target"}, tc.args...))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: %v", tc.args, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%v: error %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestFillRandom: every 4 KiB block of the disk, the short last one
+// included, holds data after fillRandom.
+func TestFillRandom(t *testing.T) {
+	const size = 3<<20 + 4096
+	d, err := backstore.NewMem(size, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := fillRandom(d); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, size)
+	if err := d.ReadAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	zero := make([]byte, 4096)
+	for off := 0; off < size; off += 4096 {
+		if bytes.Equal(buf[off:off+4096], zero) {
+			t.Fatalf("block at %d is still zero after fillRandom", off)
+		}
+	}
+}
