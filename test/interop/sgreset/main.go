@@ -1,0 +1,46 @@
+// Command sgreset asks the Linux kernel for a SCSI device reset of a disk,
+// as sg3_utils' `sg_reset -d` does (ioctl SG_SCSI_RESET with
+// SG_SCSI_RESET_DEVICE), for the interop guest scripts (the lab image has no
+// sg3_utils). An SRP initiator (ib_srp) turns it into an SRP_TSK_MGMT
+// LOGICAL UNIT RESET, an iSCSI one into a LOGICAL UNIT RESET task
+// management request.
+//
+//	sgreset /dev/sdX
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// From <scsi/sg.h>.
+const (
+	sgSCSIReset       = 0x2284
+	sgSCSIResetDevice = 1
+)
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: sgreset /dev/sdX")
+		os.Exit(2)
+	}
+	if err := reset(os.Args[1]); err != nil {
+		fmt.Fprintln(os.Stderr, "sgreset:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("sgreset: device reset of %s done\n", os.Args[1])
+}
+
+func reset(dev string) error {
+	f, err := os.OpenFile(dev, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.IoctlSetPointerInt(int(f.Fd()), sgSCSIReset, sgSCSIResetDevice); err != nil {
+		return fmt.Errorf("SG_SCSI_RESET (device) on %s: %w", dev, err)
+	}
+	return nil
+}
