@@ -1,5 +1,7 @@
 package backstore
 
+import "fmt"
+
 // This file fixes the interface that the protocol cores (nvmeof, scsi) build
 // on. Implementations may add methods; these signatures stay.
 
@@ -98,4 +100,66 @@ type HealthReporter interface {
 	// data returns Supported false with a Reason, and an error wrapping
 	// ErrUnsupported.
 	Health() (Health, error)
+}
+
+// Waits says when a disk's calls may wait for a device (or a network), so
+// that a transport knows where to run its I/O: on its own goroutine, or on
+// workers that may sit in a system call.
+type Waits uint8
+
+// How disks wait.
+const (
+	// WaitsAlways: reads, writes and flushes wait for a device (block
+	// devices, files opened with O_DIRECT) and a device serves many at
+	// once: run them on workers. The assumption for disks that report no
+	// Traits.
+	WaitsAlways Waits = iota
+	// WaitsOnCacheMiss: I/O goes through the page cache (buffered files):
+	// writes and cached reads return at once, flushes and uncached reads
+	// wait (a NoWaitReader tells which reads).
+	WaitsOnCacheMiss
+	// WaitsNever: no call waits (RAM, null).
+	WaitsNever
+)
+
+// String names the class.
+func (w Waits) String() string {
+	switch w {
+	case WaitsAlways:
+		return "always"
+	case WaitsOnCacheMiss:
+		return "on cache miss"
+	case WaitsNever:
+		return "never"
+	}
+	return fmt.Sprintf("Waits(%d)", uint8(w))
+}
+
+// Traits describes what a disk does, for the transports and protocol cores
+// that decide where its I/O runs and what they promise a host. Transports
+// ask (TraitsOf) instead of switching on concrete types, so a new kind of
+// disk needs no change in any protocol.
+type Traits struct {
+	// Waits says when calls may wait for a device.
+	Waits Waits
+	// ZeroesAfterDiscard: ranges deallocated by Discard read back as
+	// zeroes (RAM chunks are freed, file holes are punched), so a discard
+	// may serve a write-zeroes. Block devices make no such promise.
+	ZeroesAfterDiscard bool
+}
+
+// TraitsReporter is implemented by disks that describe themselves.
+type TraitsReporter interface {
+	// Traits returns the disk's traits; they do not change while it is
+	// open.
+	Traits() Traits
+}
+
+// TraitsOf returns d's traits, or the conservative ones (WaitsAlways, no
+// zeroes after discard) when d does not report any.
+func TraitsOf(d Disk) Traits {
+	if tr, ok := d.(TraitsReporter); ok {
+		return tr.Traits()
+	}
+	return Traits{Waits: WaitsAlways}
 }

@@ -148,6 +148,10 @@ func (b *Block) Path() string { return b.d.name }
 // needs, or 1 when the device was opened with BlockOptions.Buffered.
 func (b *Block) DirectAlignment() int { return max(b.d.memAlign, 1) }
 
+// Traits implements backstore.TraitsReporter: every call waits for the
+// device, and a discarded range need not read back as zeroes.
+func (b *Block) Traits() Traits { return Traits{Waits: WaitsAlways} }
+
 // Stats returns a snapshot of the disk's counters.
 func (b *Block) Stats() Stats { return b.d.stats.snapshot() }
 

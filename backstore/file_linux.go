@@ -170,6 +170,16 @@ func (f *File) Path() string { return f.d.name }
 // needs, or 1 when the file was not opened with FileOptions.Direct.
 func (f *File) DirectAlignment() int { return max(f.d.memAlign, 1) }
 
+// Traits implements backstore.TraitsReporter: with direct I/O every call
+// waits for the device; buffered, only flushes and uncached reads do.
+// Discarded ranges are punched holes, which read back as zeroes.
+func (f *File) Traits() Traits {
+	if f.d.direct {
+		return Traits{Waits: WaitsAlways, ZeroesAfterDiscard: true}
+	}
+	return Traits{Waits: WaitsOnCacheMiss, ZeroesAfterDiscard: true}
+}
+
 // Stats returns a snapshot of the disk's counters.
 func (f *File) Stats() Stats { return f.d.stats.snapshot() }
 

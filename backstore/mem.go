@@ -351,3 +351,7 @@ func (m *Mem) write(p []byte, off int64) {
 		off += int64(n)
 	}
 }
+
+// Traits implements TraitsReporter: a RAM disk never waits, and discarded
+// chunks are freed, so they read back as zeroes.
+func (m *Mem) Traits() Traits { return Traits{Waits: WaitsNever, ZeroesAfterDiscard: true} }

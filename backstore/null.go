@@ -132,3 +132,6 @@ func (d *Null) check(op Op, off, n int64, write bool) error {
 	}
 	return nil
 }
+
+// Traits implements TraitsReporter: a null disk never waits.
+func (d *Null) Traits() Traits { return Traits{Waits: WaitsNever} }

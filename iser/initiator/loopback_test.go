@@ -447,6 +447,11 @@ type slowDisk struct {
 	entered int
 }
 
+// Traits: reads may block, so the target must run them on workers.
+func (d *slowDisk) Traits() backstore.Traits {
+	return backstore.Traits{Waits: backstore.WaitsAlways, ZeroesAfterDiscard: true}
+}
+
 type atomicBool struct {
 	mu sync.Mutex
 	v  bool

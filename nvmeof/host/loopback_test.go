@@ -304,6 +304,11 @@ type noWaitDisk struct {
 	calls, declined atomic.Int64
 }
 
+// Traits says what a buffered file says.
+func (d *noWaitDisk) Traits() backstore.Traits {
+	return backstore.Traits{Waits: backstore.WaitsOnCacheMiss, ZeroesAfterDiscard: true}
+}
+
 func (d *noWaitDisk) ReadAtNoWait(p []byte, off int64) (bool, error) {
 	if d.calls.Add(1)%2 == 0 {
 		d.declined.Add(1)
@@ -360,9 +365,11 @@ func (d *barrierDisk) ViewAt([][]byte, int64, int) (int, error) {
 	return 0, backstore.ErrUnsupported
 }
 
-// DirectAlignment makes the disk look like direct I/O to a device, whose
-// commands the target runs on its workers.
-func (d *barrierDisk) DirectAlignment() int { return 512 }
+// Traits makes the disk look like direct I/O to a device, whose commands
+// the target runs on its workers.
+func (d *barrierDisk) Traits() backstore.Traits {
+	return backstore.Traits{Waits: backstore.WaitsAlways, ZeroesAfterDiscard: true}
+}
 
 // TestLoopbackBlockingDiskConcurrent checks that the reads of one queue
 // reach a disk that may block concurrently (the target's workers), not one

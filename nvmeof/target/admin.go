@@ -9,7 +9,7 @@ import (
 )
 
 // admin executes an admin command (not a Fabrics one) on controller c.
-func (c *controller) admin(q *queue, r *rsp, sqe nvmeof.SQE) {
+func (c *controller) admin(r *request, sqe nvmeof.SQE) {
 	if c.disc {
 		switch r.kind {
 		case nvmeof.KindIdentify, nvmeof.KindGetLogPage, nvmeof.KindKeepAlive, nvmeof.KindAsyncEventRequest,
@@ -43,14 +43,14 @@ func (c *controller) admin(q *queue, r *rsp, sqe nvmeof.SQE) {
 // completes it at once with a pending one). The command's receive buffer
 // must already be reposted: a parked request may be completed from any
 // goroutine.
-func (c *controller) parkAER(q *queue, r *rsp) error {
+func (c *controller) parkAER(q *sq, r *request) error {
 	c.mu.Lock()
 	if len(c.aers) >= maxAERs {
 		c.mu.Unlock()
 		r.status = nvmeof.StatusAsyncEventLimitExceeded.WithDNR()
 		return q.respond(r)
 	}
-	r.state = rspParked
+	r.state = reqParked
 	c.aers = append(c.aers, &aerSlot{q: q, r: r})
 	c.deliverLocked()
 	return nil
@@ -58,7 +58,7 @@ func (c *controller) parkAER(q *queue, r *rsp) error {
 
 // out returns the data buffer for a controller-to-host transfer of n bytes
 // of structure: the command's buffer if large enough, noting the length.
-func (r *rsp) out(n int) []byte {
+func (r *request) out(n int) []byte {
 	if r.xfer == nil {
 		return nil
 	}
@@ -66,7 +66,7 @@ func (r *rsp) out(n int) []byte {
 	return r.xfer
 }
 
-func (c *controller) identify(r *rsp, cmd nvmeof.IdentifyCommand) {
+func (c *controller) identify(r *request, cmd nvmeof.IdentifyCommand) {
 	if len(r.xfer) < nvmeof.IdentifySize {
 		if err := nvmeof.CheckTransferLen(uint32(r.xferLen), nvmeof.IdentifySize); err != nil {
 			r.fail(asCommandError(err))
@@ -198,14 +198,14 @@ func (c *controller) identifyNamespace(n *Namespace) nvmeof.IdentifyNamespace {
 		// Thin provisioned; deallocated blocks read as zeroes only where
 		// the backstore guarantees it.
 		id.NSFEAT |= nvmeof.NSFEATThin
-		if readsZeroesAfterDiscard(n.cfg.Disk) {
+		if backstore.TraitsOf(n.cfg.Disk).ZeroesAfterDiscard {
 			id.DLFEAT = nvmeof.DLFEATReadZeroes | nvmeof.DLFEATWriteZeroesDeac
 		}
 	}
 	return id
 }
 
-func (c *controller) getLogPage(r *rsp, cmd nvmeof.GetLogPageCommand) {
+func (c *controller) getLogPage(r *request, cmd nvmeof.GetLogPageCommand) {
 	var page []byte
 	lid := cmd.LID()
 	switch {
@@ -336,7 +336,7 @@ func (c *controller) smartLog(nsid uint32) nvmeof.SMARTLog {
 	return l
 }
 
-func (c *controller) setFeatures(r *rsp, cmd nvmeof.FeaturesCommand) {
+func (c *controller) setFeatures(r *request, cmd nvmeof.FeaturesCommand) {
 	if cmd.Save() {
 		r.status, r.errLoc = nvmeof.StatusFeatureNotSaveable.WithDNR(), nvmeof.OffsetFeatureFID
 		return
@@ -399,7 +399,7 @@ func (c *controller) setFeatures(r *rsp, cmd nvmeof.FeaturesCommand) {
 	r.status, r.errLoc = nvmeof.StatusInvalidField.WithDNR(), nvmeof.OffsetFeatureFID
 }
 
-func (c *controller) getFeatures(r *rsp, cmd nvmeof.FeaturesCommand) {
+func (c *controller) getFeatures(r *request, cmd nvmeof.FeaturesCommand) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	sel := cmd.Select()

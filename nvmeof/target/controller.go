@@ -49,13 +49,13 @@ type controller struct {
 	errLog    [errLogSlots]nvmeof.ErrorLogEntry
 	errCount  uint64
 	errNext   int
-	queues    map[uint16]*queue
+	queues    map[uint16]*sq
 	dead      bool
 }
 
 type aerSlot struct {
-	q *queue
-	r *rsp
+	q *sq
+	r *request
 }
 
 func (c *controller) ready() bool {
@@ -114,7 +114,7 @@ func (c *controller) teardown(reason string) {
 	if c.kaTimer != nil {
 		c.kaTimer.Stop()
 	}
-	qs := make([]*queue, 0, len(c.queues))
+	qs := make([]*sq, 0, len(c.queues))
 	for _, q := range c.queues {
 		qs = append(qs, q)
 	}
@@ -126,13 +126,13 @@ func (c *controller) teardown(reason string) {
 		c.t.mu.Unlock()
 	}
 	for _, q := range qs {
-		q.disconnect()
+		q.tr.disconnect()
 	}
 	c.t.log.Info("nvmeof: controller removed", "cntlid", c.cntlid, "subsystem", c.sub.cfg.NQN, "host", c.hostNQN, "reason", reason)
 }
 
 // queueGone is called when a queue's connection ended.
-func (c *controller) queueGone(q *queue, reason string) {
+func (c *controller) queueGone(q *sq, reason string) {
 	c.mu.Lock()
 	if c.queues[q.qid] == q {
 		delete(c.queues, q.qid)
@@ -144,12 +144,12 @@ func (c *controller) queueGone(q *queue, reason string) {
 }
 
 // logError records a failed command in the Error Information log.
-func (c *controller) logError(qid, cid uint16, st nvmeof.Status, loc uint16, lba uint64, nsid uint32) {
+func (c *controller) logError(qid, cid uint16, st nvmeof.Status, loc uint16, lba uint64, nsid uint32, trType uint8) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.errCount++
 	c.errLog[c.errNext] = nvmeof.ErrorLogEntry{ErrorCount: c.errCount, SQID: qid, CID: cid, Status: st,
-		ParamErrorLocation: loc, LBA: lba, NSID: nsid, TrType: nvmeof.TrTypeRDMA}
+		ParamErrorLocation: loc, LBA: lba, NSID: nsid, TrType: trType}
 	c.errNext = (c.errNext + 1) % errLogSlots
 }
 

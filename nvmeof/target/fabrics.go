@@ -16,7 +16,7 @@ func (c *controller) capValue() nvmeof.CAP {
 	return nvmeof.MakeCAP(nvmeof.CAPFields{MQES: uint16(mqes), CQR: true, TO: 15, CSS: nvmeof.CAPCSSNVM})
 }
 
-func (q *queue) fabrics(r *rsp, sqe nvmeof.SQE) {
+func (q *sq) fabrics(r *request, sqe nvmeof.SQE) {
 	switch r.kind {
 	case nvmeof.KindConnect:
 		q.connect(r, sqe)
@@ -33,12 +33,12 @@ func (q *queue) fabrics(r *rsp, sqe nvmeof.SQE) {
 	}
 }
 
-func connectParamErr(r *rsp, inData bool, off int) {
+func connectParamErr(r *request, inData bool, off int) {
 	r.status = nvmeof.StatusConnectInvalidParameters.WithDNR()
 	r.result = uint64(nvmeof.ConnectInvalidParamResult(inData, uint16(off)))
 }
 
-func (q *queue) connect(r *rsp, sqe nvmeof.SQE) {
+func (q *sq) connect(r *request, sqe nvmeof.SQE) {
 	cmd := sqe.Connect()
 	if cmd.RecFmt() != 0 {
 		r.status, r.errLoc = nvmeof.StatusConnectIncompatibleFormat.WithDNR(), nvmeof.OffsetConnectRecFmt
@@ -93,7 +93,7 @@ func (q *queue) connect(r *rsp, sqe nvmeof.SQE) {
 			return
 		}
 		c := &controller{t: t, sub: sub, port: q.port, disc: sub == t.discSub, hostNQN: d.HostNQN, hostID: d.HostID,
-			maxQ: q.port.cfg.MaxIOQueues, queues: map[uint16]*queue{0: q}, wce: true, features: map[uint8]uint32{}}
+			maxQ: q.port.cfg.MaxIOQueues, queues: map[uint16]*sq{0: q}, wce: true, features: map[uint8]uint32{}}
 		id, err := sub.allocController(c)
 		if err != nil {
 			r.status = nvmeof.StatusConnectControllerBusy.WithDNR()
@@ -140,7 +140,7 @@ func (q *queue) connect(r *rsp, sqe nvmeof.SQE) {
 	r.result = uint64(nvmeof.ConnectResult(c.cntlid, 0))
 }
 
-func (c *controller) propertyGet(r *rsp, cmd nvmeof.PropertyCommand) {
+func (c *controller) propertyGet(r *request, cmd nvmeof.PropertyCommand) {
 	size, err := cmd.Size()
 	if err != nil {
 		r.fail(asCommandError(err))
@@ -165,7 +165,7 @@ func (c *controller) propertyGet(r *rsp, cmd nvmeof.PropertyCommand) {
 	r.result = v
 }
 
-func (c *controller) propertySet(r *rsp, cmd nvmeof.PropertyCommand) {
+func (c *controller) propertySet(r *request, cmd nvmeof.PropertyCommand) {
 	size, err := cmd.Size()
 	if err != nil {
 		r.fail(asCommandError(err))

@@ -4,13 +4,25 @@ import (
 	"testing"
 
 	"github.com/rdisk/rdisk/nvmeof"
-	"github.com/rdisk/rdisk/rdma"
 )
 
+// fuzzTransport stands in for a transport binding: it counts completions
+// and lends one data buffer.
+type fuzzTransport struct {
+	responses int
+	buf       []byte
+}
+
+func (f *fuzzTransport) respond(*request) error          { f.responses++; return nil }
+func (f *fuzzTransport) release(*request) error          { return nil }
+func (f *fuzzTransport) buffer(*request) ([]byte, error) { return f.buf, nil }
+func (f *fuzzTransport) disconnect()                     {}
+func (f *fuzzTransport) trType() uint8                   { return nvmeof.TrTypeRDMA }
+
 // FuzzCommand feeds arbitrary capsules to a queue of a live controller (or
-// of none, to reach Connect) and completes any RDMA Read the command asks
-// for: nothing may panic, and every command but a parked AER is answered
-// with exactly one response.
+// of none, to reach Connect) through the RDMA binding's decoding, with any
+// RDMA Read the command asks for completed at once: nothing may panic, and
+// every command but a parked AER is answered with exactly one response.
 func FuzzCommand(f *testing.F) {
 	seed := func(fill func(nvmeof.SQE)) []byte {
 		b := make([]byte, 64)
@@ -41,20 +53,16 @@ func FuzzCommand(f *testing.F) {
 	port := tg.ports[1]
 	f.Fuzz(func(t *testing.T, capsule []byte, mode uint8) {
 		qid := uint16(mode % 2) // mode 0: admin; 1: I/O; 2, 3: no controller yet
-		q, err := port.newQueue(nvmeof.CMRequestFields{QID: qid, HSQSize: 31, HRQSize: 32})
-		if err != nil {
-			t.Fatal(err)
+		if len(capsule) < nvmeof.SQESize {
+			return // a capsule too short to answer breaks the queue, as in nvmet
 		}
-		defer q.free_()
-		// The capsule "arrives" in receive slot 0 without a real receive:
-		// give the queue a QP whose receive queue has room to repost it.
-		q.qp.Close()
-		if q.qp, err = q.pd.CreateQP(rdma.QPConfig{SendCQ: q.cq, RecvCQ: q.cq, MaxSendWR: 4 * q.depth, MaxRecvWR: q.depth, MaxSendSGE: maxDataSGE, MaxRecvSGE: 2}); err != nil {
-			t.Fatal(err)
-		}
+		capsule = capsule[:min(len(capsule), nvmeof.SQESize+port.cfg.InlineDataSize)]
+		tr := &fuzzTransport{buf: make([]byte, mdts)}
+		q := newSQ(port, qid, 32, 64, tr)
+		defer q.close()
 		if mode < 2 {
 			c := &controller{t: tg, sub: sub, port: port, hostNQN: hostNQN, maxQ: 4, grantedQ: 4,
-				queues: map[uint16]*queue{qid: q}, wce: true, features: map[uint8]uint32{}, csts: nvmeof.CSTSReady}
+				queues: map[uint16]*sq{qid: q}, wce: true, features: map[uint8]uint32{}, csts: nvmeof.CSTSReady}
 			id, err := sub.allocController(c)
 			if err != nil {
 				t.Fatal(err)
@@ -63,42 +71,30 @@ func FuzzCommand(f *testing.F) {
 			defer c.teardown("fuzz done")
 			q.ctrl = c
 		}
-		if len(capsule) > q.stride {
-			capsule = capsule[:q.stride]
-		}
-		// A receive scatters the SQE and the in-capsule data.
-		copy(q.sqeBuf(0), capsule)
+		x := &rdmaReq{}
+		copy(x.sqe[:], capsule)
+		var inCapsule []byte
 		if len(capsule) > nvmeof.SQESize {
-			copy(q.inData(0, len(capsule)-nvmeof.SQESize), capsule[nvmeof.SQESize:])
+			inCapsule = capsule[nvmeof.SQESize:]
 		}
-		if err := q.onCommand(0, len(capsule)); err != nil {
-			return // a capsule too short to answer breaks the queue, as in nvmet
+		q.received()
+		var err error
+		switch x.decode(q, inCapsule, false) {
+		case planRespond:
+			err = q.respond(&x.request)
+		case planRun:
+			err = q.run(&x.request)
+		case planBuffer:
+			// The RDMA Read, if any, completes at once.
+			x.xfer = tr.buf[:x.xferLen]
+			err = q.run(&x.request)
 		}
-		for i := range q.rsps {
-			r := &q.rsps[i]
-			if r.state == rspReading {
-				if err := q.complete(&rdma.WC{ID: wrTag + uint64(i), Op: rdma.OpRDMARead}); err != nil {
-					t.Fatalf("completing the RDMA Read: %v", err)
-				}
-			}
+		if err != nil {
+			t.Fatalf("running the command: %v", err)
 		}
-		responded := 0
-		for i := range q.rsps {
-			if q.rsps[i].state == rspResponded {
-				responded++
-			}
-		}
-		if !anyParked(q) && responded != 1 {
-			t.Fatalf("%d responses to one command", responded)
+		q.close() // the workers are done
+		if x.state != reqParked && tr.responses != 1 {
+			t.Fatalf("%d responses to one command", tr.responses)
 		}
 	})
-}
-
-func anyParked(q *queue) bool {
-	for i := range q.rsps {
-		if q.rsps[i].state == rspParked {
-			return true
-		}
-	}
-	return false
 }

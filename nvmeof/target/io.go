@@ -9,7 +9,7 @@ import (
 )
 
 // io executes an NVM I/O command.
-func (c *controller) io(q *queue, r *rsp, sqe nvmeof.SQE) {
+func (c *controller) io(q *sq, r *request, sqe nvmeof.SQE) {
 	if r.kind == nvmeof.KindFlush && r.nsid == nvmeof.NSIDAll {
 		c.flushAll()
 		return
@@ -34,7 +34,7 @@ func (c *controller) io(q *queue, r *rsp, sqe nvmeof.SQE) {
 		switch r.kind {
 		case nvmeof.KindRead:
 			r.outLen = length
-			if v, ok := disk.(backstore.Viewer); ok && q.implicit != nil && r.keyed {
+			if v, ok := disk.(backstore.Viewer); ok && r.views {
 				k, err := v.ViewAt(r.segs[:], off, length)
 				if err == nil {
 					r.nseg = k
@@ -84,7 +84,7 @@ func (c *controller) io(q *queue, r *rsp, sqe nvmeof.SQE) {
 			flags = backstore.FUA
 		}
 		var err error
-		if d, ok := disk.(backstore.Discarder); ok && cmd.DEAC() && readsZeroesAfterDiscard(disk) {
+		if d, ok := disk.(backstore.Discarder); ok && cmd.DEAC() && backstore.TraitsOf(disk).ZeroesAfterDiscard {
 			err = d.Discard(off, length)
 		} else {
 			err = writeZeroes(q, disk, r, off, length, flags)
@@ -106,7 +106,7 @@ func (c *controller) writeCache() bool {
 }
 
 // rwRange validates a Read, Write or Compare and returns its byte range.
-func (c *controller) rwRange(r *rsp, n *Namespace, cmd nvmeof.RWCommand) (int64, int, bool) {
+func (c *controller) rwRange(r *request, n *Namespace, cmd nvmeof.RWCommand) (int64, int, bool) {
 	r.lba = cmd.SLBA()
 	if err := nvmeof.CheckLBARange(cmd.SLBA(), cmd.Blocks(), n.nsze); err != nil {
 		r.fail(asCommandError(err))
@@ -126,18 +126,18 @@ func (c *controller) rwRange(r *rsp, n *Namespace, cmd nvmeof.RWCommand) (int64,
 
 // writeZeroes writes zeroes with the disk's own support, else from a zeroed
 // buffer.
-func writeZeroes(q *queue, disk backstore.Disk, r *rsp, off, length int64, flags backstore.WriteFlags) error {
+func writeZeroes(q *sq, disk backstore.Disk, r *request, off, length int64, flags backstore.WriteFlags) error {
 	if z, ok := disk.(backstore.ZeroWriter); ok {
 		err := z.WriteZeroes(off, length, flags)
 		if !errors.Is(err, backstore.ErrUnsupported) {
 			return err
 		}
 	}
-	// The slot's data buffer carries no host data for Write Zeroes.
-	if err := q.ensureData(r); err != nil {
+	// The request's data buffer carries no host data for Write Zeroes.
+	buf, err := q.tr.buffer(r)
+	if err != nil {
 		return err
 	}
-	buf := r.data
 	clear(buf)
 	for length > 0 {
 		n := min(length, int64(len(buf)))
@@ -150,7 +150,7 @@ func writeZeroes(q *queue, disk backstore.Disk, r *rsp, off, length int64, flags
 	return nil
 }
 
-func (c *controller) compare(r *rsp, disk backstore.Disk, off int64, length int) {
+func (c *controller) compare(r *request, disk backstore.Disk, off int64, length int) {
 	buf := make([]byte, length) // Compare is rare: no pool for it
 	if err := disk.ReadAt(buf, off); err != nil {
 		r.status = ioStatus(err, false)
@@ -161,7 +161,7 @@ func (c *controller) compare(r *rsp, disk backstore.Disk, off int64, length int)
 	}
 }
 
-func (c *controller) dsm(r *rsp, n *Namespace, cmd nvmeof.DSMCommand) {
+func (c *controller) dsm(r *request, n *Namespace, cmd nvmeof.DSMCommand) {
 	if !cmd.Deallocate() {
 		return // integral read/write hints are advisory
 	}
@@ -194,17 +194,6 @@ func (c *controller) dsm(r *rsp, n *Namespace, cmd nvmeof.DSMCommand) {
 			return
 		}
 	}
-}
-
-// readsZeroesAfterDiscard tells whether deallocated blocks of disk read
-// back as zeroes (RAM chunks are freed, file holes are punched); block
-// devices make no such promise.
-func readsZeroesAfterDiscard(disk backstore.Disk) bool {
-	switch disk.(type) {
-	case *backstore.Mem, *backstore.File:
-		return true
-	}
-	return false
 }
 
 // ioStatus maps a backstore error to an NVMe status.

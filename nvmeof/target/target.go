@@ -28,16 +28,10 @@ type Config struct {
 	// Workers is the number of goroutines per I/O queue that run commands
 	// on direct-I/O disks (block devices, O_DIRECT files) and flushes of
 	// buffered files, so one queue keeps that many disk I/Os in flight;
-	// default DefaultWorkers. Other commands run on the queue's own
+	// default workers.Default. Other commands run on the queue's own
 	// goroutine.
 	Workers int
 }
-
-// DefaultWorkers is the default of Config.Workers: on the 2-core test
-// machine, 4 KiB reads at QD32 from a loop device reached 27-31k IOPS with
-// 4 workers, 23k with 8 and 17-19k with 32 (each a thread in pread), and
-// 4 is what the iSER target uses.
-const DefaultWorkers = 4
 
 // Target is an NVMe-oF target: subsystems exported through ports. It is
 // safe for concurrent use.
@@ -59,7 +53,7 @@ type Target struct {
 	ports  map[uint16]*Port
 	genctr uint64
 	disc   map[*controller]bool // discovery controllers, for log change events
-	queues map[*queue]bool
+	queues map[*sq]bool
 }
 
 // New creates a Target with no subsystems and no ports.
@@ -80,19 +74,19 @@ func New(cfg Config) (*Target, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Target{p: cfg.Provider, log: log, fw: fw, hook: cfg.ConnHook, workers: cfg.Workers, ctx: ctx, cancel: cancel, started: time.Now(),
-		subs: map[string]*Subsystem{}, ports: map[uint16]*Port{}, disc: map[*controller]bool{}, queues: map[*queue]bool{}}
+		subs: map[string]*Subsystem{}, ports: map[uint16]*Port{}, disc: map[*controller]bool{}, queues: map[*sq]bool{}}
 	t.discSub = &Subsystem{t: t, cfg: SubsystemConfig{NQN: nvmeof.DiscoveryNQN, Serial: "rdisk-discovery", Model: "rdisk discovery",
 		AllowAnyHost: true, CntlIDMin: 1, CntlIDMax: 0xffef}, ns: map[uint32]*Namespace{}, ctrls: map[uint16]*controller{}, hosts: map[string]bool{}, nextCID: 1}
 	return t, nil
 }
 
-func (t *Target) addQueue(q *queue) {
+func (t *Target) addQueue(q *sq) {
 	t.mu.Lock()
 	t.queues[q] = true
 	t.mu.Unlock()
 }
 
-func (t *Target) removeQueue(q *queue) {
+func (t *Target) removeQueue(q *sq) {
 	t.mu.Lock()
 	delete(t.queues, q)
 	t.mu.Unlock()
@@ -315,7 +309,7 @@ func (t *Target) Close() error {
 	}
 	t.mu.Lock()
 	for q := range t.queues {
-		q.disconnect()
+		q.tr.disconnect()
 	}
 	t.mu.Unlock()
 	t.wg.Wait()

@@ -191,6 +191,11 @@ type testDisk struct {
 
 func newTestDisk(t testing.TB, size int64) *testDisk { return &testDisk{Mem: memDisk(t, size)} }
 
+// Traits: the gate can hold I/O, so the target must run it on workers.
+func (d *testDisk) Traits() backstore.Traits {
+	return backstore.Traits{Waits: backstore.WaitsAlways, ZeroesAfterDiscard: true}
+}
+
 // hold makes later reads and writes wait until open is called.
 func (d *testDisk) hold() {
 	d.gmu.Lock()

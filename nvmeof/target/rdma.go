@@ -1,0 +1,256 @@
+package target
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rdisk/rdisk/nvmeof"
+	"github.com/rdisk/rdisk/rdma"
+	"github.com/rdisk/rdisk/rdma/rdmaq"
+)
+
+// The NVMe/RDMA transport binding (NVMe over Fabrics 1.1 section 7.3,
+// nvme-rdma.h): CM private data, capsules received into a ring whose
+// in-capsule data lands page aligned, keyed SGLs served by RDMA Read and
+// RDMA Write, completions by Send (with Invalidate of the host's key for
+// SGL subtype 0xF). The queue machinery is rdmaq.TargetQueue's; the
+// commands are the core's (core.go).
+
+// rdmaReq is a request slot's state in the RDMA binding.
+type rdmaReq struct {
+	request
+	keyed bool   // the data pointer is a keyed SGL
+	inval bool   // ... asking for Send with Invalidate
+	raddr uint64 // the host's buffer
+	rkey  uint32
+	dsgl  [maxDataSGE]rdma.SGE // zero-copy reads: the disk memory to write
+}
+
+// rdmaQueue is one NVMe/RDMA queue pair: an rdmaq.TargetQueue carrying an
+// sq of the core.
+type rdmaQueue struct {
+	tq *rdmaq.TargetQueue[rdmaReq]
+	sq *sq
+}
+
+// serveConn runs one queue from its connection request to its end.
+func (p *Port) serveConn(req rdma.ConnRequest) {
+	t := p.t
+	f, err := nvmeof.ParseCMRequest(req.PrivateData())
+	if err == nil {
+		err = f.Check(uint16(p.cfg.MaxIOQueues), uint16(p.cfg.MaxQueueSize))
+	}
+	if err != nil {
+		st := nvmeof.CMInvalidLength
+		errors.As(err, &st)
+		t.log.Info("nvmeof: rejecting connection", "peer", req.RemoteAddr(), "err", err)
+		rejectCM(req, st)
+		return
+	}
+	q, err := p.newRDMAQueue(f)
+	if err != nil {
+		t.log.Warn("nvmeof: no resources for a queue", "peer", req.RemoteAddr(), "err", err)
+		rejectCM(req, nvmeof.CMNoResources)
+		return
+	}
+	defer q.close()
+	acc := make([]byte, nvmeof.CMAcceptSize)
+	nvmeof.CMAccept(acc).Encode(&nvmeof.CMAcceptFields{RecFmt: nvmeof.CMRecFmt, CRQSize: uint16(q.sq.depth)})
+	if err := req.Accept(t.ctx, q.tq.QP(), rdma.ConnParam{PrivateData: acc, ResponderResources: 1}); err != nil {
+		t.log.Info("nvmeof: accept failed", "peer", req.RemoteAddr(), "err", err)
+		return
+	}
+	t.addQueue(q.sq)
+	defer t.removeQueue(q.sq)
+	t.log.Debug("nvmeof: queue connected", "qid", q.sq.qid, "depth", q.sq.depth, "peer", req.RemoteAddr())
+	err = q.tq.Run(t.ctx)
+	reason := "target closing"
+	if t.ctx.Err() == nil && err != nil {
+		reason = err.Error()
+	}
+	q.sq.shutdown(reason)
+}
+
+func rejectCM(req rdma.ConnRequest, st nvmeof.CMStatus) {
+	rej := make([]byte, 4)
+	nvmeof.CMReject(rej).Encode(&nvmeof.CMRejectFields{RecFmt: nvmeof.CMRecFmt, Status: st})
+	req.Reject(rej)
+}
+
+// newRDMAQueue sizes a queue from the host's CM request: HSQSIZE+1
+// receive buffers, each an SQE and the port's in-capsule data size, and
+// twice as many request slots (a response holds its slot until its send
+// completes).
+func (p *Port) newRDMAQueue(f nvmeof.CMRequestFields) (*rdmaQueue, error) {
+	depth := int(f.HSQSize) + 1
+	q := &rdmaQueue{}
+	q.sq = newSQ(p, f.QID, depth, 2*depth, q)
+	var hook func(int)
+	if f.QID != 0 {
+		hook = p.t.hook
+	}
+	tq, err := rdmaq.NewTargetQueue(rdmaq.TargetConfig{
+		Provider: p.t.p, Recvs: depth, RecvLen: nvmeof.SQESize + p.cfg.InlineDataSize, SplitAt: nvmeof.SQESize,
+		Slots: 2 * depth, RespLen: nvmeof.CQESize, SendSGE: maxDataSGE, SendWRs: 4 * depth,
+		Implicit: f.QID != 0, MaxData: mdts, Hook: hook,
+	}, q)
+	if err != nil {
+		q.sq.close()
+		return nil, err
+	}
+	q.tq = tq
+	for i := range tq.Slots() {
+		tq.Slot(i).R.id = i
+	}
+	return q, nil
+}
+
+// close releases the queue once its connection ended: workers first (they
+// may still post), then the RDMA resources.
+func (q *rdmaQueue) close() {
+	q.sq.close()
+	q.tq.Close()
+}
+
+// Recv implements rdmaq.TargetHandler: every message is a command capsule.
+func (q *rdmaQueue) Recv(m rdmaq.Msg) error {
+	if m.Len < nvmeof.SQESize {
+		return fmt.Errorf("capsule of %d bytes is shorter than an SQE: %w", m.Len, errQueueBroken)
+	}
+	q.sq.received()
+	return q.tq.Admit(m)
+}
+
+// Start implements rdmaq.TargetHandler: it decodes the command and its
+// data pointer, fetches host data with RDMA Read, or runs the command.
+func (q *rdmaQueue) Start(s *rdmaq.Slot[rdmaReq], m rdmaq.Msg) error {
+	x := &s.R
+	r := &x.request
+	copy(r.sqe[:], m.Head)
+	switch x.decode(q.sq, m.Data, q.tq.Implicit() != nil) {
+	case planRespond:
+		return q.sq.respond(r)
+	case planRun:
+		return q.sq.run(r)
+	}
+	buf, err := s.EnsureData(mdts)
+	if err != nil {
+		r.status = nvmeof.StatusInternal
+		return q.sq.respond(r)
+	}
+	r.xfer = buf[:r.xferLen]
+	if r.dir == nvmeof.DirHostToCtrl {
+		r.state = reqFetching
+		return q.tq.Read(s, 0, r.xferLen, x.raddr, x.rkey)
+	}
+	if q.sq.qid == 0 {
+		clear(r.xfer)
+	}
+	return q.sq.run(r)
+}
+
+// plan is what a decoded command needs next.
+type plan uint8
+
+const (
+	planRespond plan = iota // an error status: respond at once
+	planRun                 // data in place (or none): run it
+	planBuffer              // a keyed SGL with data: give it a buffer (and RDMA Read host data)
+)
+
+// decode begins the command in x.sqe on q and decodes its data pointer
+// (NVMe over Fabrics 1.1 section 7.3.2: keyed SGL data block descriptors,
+// or an offset into the in-capsule data inCapsule). views tells whether
+// reads may go straight from disk memory (an implicit MR).
+func (x *rdmaReq) decode(q *sq, inCapsule []byte, views bool) plan {
+	r := &x.request
+	x.keyed, x.inval = false, false
+	if !q.begin(r) {
+		return planRespond
+	}
+	if r.dir != nvmeof.DirHostToCtrl && r.dir != nvmeof.DirCtrlToHost {
+		return planRun
+	}
+	sgl := nvmeof.SQE(r.sqe[:]).DPTR()
+	if err := sgl.CheckRDMA(r.dir == nvmeof.DirHostToCtrl, uint32(len(inCapsule))); err != nil {
+		var ce *nvmeof.CommandError
+		if errors.As(err, &ce) {
+			r.fail(ce)
+		} else {
+			r.status, r.errLoc = nvmeof.StatusInvalidField.WithDNR(), offDPTR
+		}
+		return planRespond
+	}
+	if !r.checkLength(sgl.Length()) {
+		return planRespond
+	}
+	length := int(sgl.Length())
+	r.xferLen = length
+	if !sgl.Keyed() {
+		// CheckRDMA bounded offset+length by the data received.
+		off := int(sgl.Address())
+		r.xfer = inCapsule[off : off+length]
+		return planRun
+	}
+	x.keyed, x.inval, x.raddr, x.rkey = true, sgl.Invalidate(), sgl.Address(), sgl.Key()
+	r.views = views
+	if length == 0 {
+		return planRun
+	}
+	return planBuffer
+}
+
+// Fetched implements rdmaq.TargetHandler: the host data is in.
+func (q *rdmaQueue) Fetched(s *rdmaq.Slot[rdmaReq]) error { return q.sq.run(&s.R.request) }
+
+// Sent implements rdmaq.TargetHandler.
+func (q *rdmaQueue) Sent(s *rdmaq.Slot[rdmaReq]) { s.R.done() }
+
+// CtlSent implements rdmaq.TargetHandler (no control buffers).
+func (q *rdmaQueue) CtlSent(int) error { return nil }
+
+// respond implements transport: the receive buffer goes back to the host
+// first, as nvmet does, so the host can never send into a missing buffer;
+// then the read data by RDMA Write (straight from a RAM disk's chunks when
+// the core found views) and the completion by Send.
+func (q *rdmaQueue) respond(r *request) error {
+	s := q.tq.Slot(r.id)
+	x := &s.R
+	r.encodeCQE(s.Resp(), q.sq.qid)
+	if err := q.tq.Repost(s); err != nil {
+		return err
+	}
+	if r.dir == nvmeof.DirCtrlToHost && r.status == nvmeof.StatusSuccess && r.outLen > 0 && x.keyed {
+		var err error
+		if r.nseg > 0 {
+			// io.go checked outLen <= xferLen.
+			sgl := x.dsgl[:r.nseg]
+			for i, b := range r.segs[:r.nseg] {
+				sgl[i] = rdma.SGE{MR: q.tq.Implicit(), Buf: b}
+			}
+			err = q.tq.WriteSGL(s, sgl, x.raddr, x.rkey)
+		} else {
+			err = q.tq.Write(s, 0, min(r.outLen, r.xferLen), x.raddr, x.rkey)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	var inv uint32
+	if x.keyed && x.inval {
+		inv = x.rkey
+	}
+	return q.tq.Respond(s, nvmeof.CQESize, inv, 0)
+}
+
+// release implements transport.
+func (q *rdmaQueue) release(r *request) error { return q.tq.Repost(q.tq.Slot(r.id)) }
+
+// buffer implements transport.
+func (q *rdmaQueue) buffer(r *request) ([]byte, error) { return q.tq.Slot(r.id).EnsureData(mdts) }
+
+// disconnect implements transport.
+func (q *rdmaQueue) disconnect() { q.tq.Disconnect() }
+
+// trType implements transport.
+func (q *rdmaQueue) trType() uint8 { return nvmeof.TrTypeRDMA }
