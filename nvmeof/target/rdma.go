@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -31,6 +32,32 @@ type rdmaReq struct {
 type rdmaQueue struct {
 	tq *rdmaq.TargetQueue[rdmaReq]
 	sq *sq
+}
+
+// acceptLoop serves the port's RDMA/CM listener.
+func (p *Port) acceptLoop() {
+	defer p.t.wg.Done()
+	for {
+		req, err := p.ln.Accept(p.t.ctx)
+		if err != nil {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, rdma.ErrClosed) {
+				p.t.log.Warn("nvmeof: accept failed", "port", p.cfg.ID, "err", err)
+			}
+			return
+		}
+		p.t.wg.Add(1)
+		go func() {
+			defer p.t.wg.Done()
+			p.serveConn(req)
+		}()
+	}
+}
+
+// rdmaDiscoveryEntry fills the transport fields of a discovery log entry
+// for an RDMA port (NVMe over Fabrics 1.1 section 5.3, RDMA TSAS).
+func rdmaDiscoveryEntry(e *nvmeof.DiscoveryLogEntry) {
+	e.TrType = nvmeof.TrTypeRDMA
+	e.RDMAQPType, e.RDMAPrType, e.RDMACMS = nvmeof.RDMAQPTypeConnected, nvmeof.RDMAPrTypeNotSpecified, nvmeof.RDMACMSRDMACM
 }
 
 // serveConn runs one queue from its connection request to its end.

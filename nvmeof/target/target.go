@@ -2,7 +2,6 @@ package target
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -202,24 +201,6 @@ func (p *Port) subsystem(nqn string) *Subsystem {
 	return nil
 }
 
-func (p *Port) acceptLoop() {
-	defer p.t.wg.Done()
-	for {
-		req, err := p.ln.Accept(p.t.ctx)
-		if err != nil {
-			if !errors.Is(err, context.Canceled) && !errors.Is(err, rdma.ErrClosed) {
-				p.t.log.Warn("nvmeof: accept failed", "port", p.cfg.ID, "err", err)
-			}
-			return
-		}
-		p.t.wg.Add(1)
-		go func() {
-			defer p.t.wg.Done()
-			p.serveConn(req)
-		}()
-	}
-}
-
 // discoveryChanged bumps the discovery log generation and notifies the
 // discovery controllers that asked for it.
 func (t *Target) discoveryChanged() {
@@ -246,12 +227,13 @@ func (t *Target) discoveryLog(p *Port, hostNQN string) []byte {
 		adrfam = nvmeof.AdrFamIPv6
 	}
 	entry := func(sub uint8, portID uint16, host, svc, nqn string) nvmeof.DiscoveryLogEntry {
-		return nvmeof.DiscoveryLogEntry{
-			TrType: nvmeof.TrTypeRDMA, AdrFam: adrfam, SubType: sub, TReq: nvmeof.TReqNotSpecified,
+		e := nvmeof.DiscoveryLogEntry{
+			AdrFam: adrfam, SubType: sub, TReq: nvmeof.TReqNotSpecified,
 			PortID: portID, CNTLID: nvmeof.CNTLIDDynamic, ASQSZ: nvmeof.AdminQueueDepth,
 			TrSvcID: svc, TrAddr: host, SubNQN: nqn,
-			RDMAQPType: nvmeof.RDMAQPTypeConnected, RDMAPrType: nvmeof.RDMAPrTypeNotSpecified, RDMACMS: nvmeof.RDMACMSRDMACM,
 		}
+		rdmaDiscoveryEntry(&e)
+		return e
 	}
 	p.mu.Lock()
 	for _, s := range p.subs {

@@ -1,0 +1,31 @@
+// Package target is rdisk's NVMe over Fabrics target: NVM subsystems with
+// namespaces on backstore disks, exported through ports, and the
+// controllers hosts create on them.
+//
+//	t, _ := target.New(target.Config{Provider: provider, Logger: log})
+//	sub, _ := t.AddSubsystem(target.SubsystemConfig{NQN: nqn, AllowAnyHost: true})
+//	sub.AddNamespace(target.NamespaceConfig{NSID: 1, Disk: disk})
+//	port, _ := t.AddPort(target.PortConfig{ID: 1, Addr: "0.0.0.0:4420"})
+//	port.LinkSubsystem(sub)
+//
+// The package is cut as Linux nvmet is. The controller core knows nothing
+// of RDMA: submission queues (core.go) decode commands, check them against
+// the controller's state and run them; controllers (controller.go) hold
+// the registers, keep-alive, asynchronous events and the error log;
+// fabrics.go, admin.go and io.go execute Fabrics, admin and NVM commands;
+// a discovery controller serves the discovery log. Commands on disks that
+// may wait for a device (backstore.TraitsOf) run on a bounded pool of
+// workers per queue; others on the queue's own goroutine.
+//
+// A transport binding carries the queues: it receives capsules, puts each
+// command's host data in place and calls the core, which answers through
+// the binding's respond, as nvmet's core does through a transport's
+// queue_response. The RDMA binding (rdma.go) runs each queue on an
+// rdmaq.TargetQueue: the NVMe/RDMA CM private data, capsules whose
+// in-capsule data lands page aligned, keyed SGLs served by RDMA Read and
+// RDMA Write (straight from a RAM disk's memory through the provider's
+// implicit MR), completions by Send, with Invalidate of the host's key
+// when the SGL asks for it.
+//
+// Target, Subsystem and Port methods are safe for concurrent use.
+package target
