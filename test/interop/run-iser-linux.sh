@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Interop acceptance harness: the Linux kernel's iSCSI initiators (open-iscsi
 # with the iser iface over siw, and iscsi_tcp) against rdisk's iSCSI/iSER
-# portal inside the RDMA lab guest (QEMU): SendTargets discovery, login, a
-# SCSI disk, 64 MiB O_DIRECT write/read/verify, logout, for each transport.
+# portal (`rdisk target` on 169.254.99.1:3260) inside the RDMA lab guest
+# (QEMU): SendTargets discovery, login, a SCSI disk, 64 MiB O_DIRECT
+# write/read/verify, logout, for each transport.
 # Manual / acceptance only, not part of CI: without the lab it prints SKIP.
-# The guest runs test/interop/isertarget until `rdisk target` serves iSCSI.
 #
 #   LAB=DIR         the lab (default: ../shared/lab next to the project root)
 #   ISER_MB=N       MiB written and verified (default 64)
+#   RDISK_LOG_LEVEL=...  target log level in the guest (default info)
 #   ISER_LOG=FILE   full console log (default $TMPDIR/rdisk-iser-linux.log)
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -23,8 +24,8 @@ if ! command -v qemu-system-x86_64 >/dev/null; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "== building isertarget (CGO_ENABLED=0)"
-(cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -o "$tmp/isertarget" ./test/interop/isertarget) || { echo "ISER-LINUX: FAIL (build)"; exit 1; }
+echo "== building rdisk (CGO_ENABLED=0)"
+(cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -o "$tmp/rdisk" ./cmd/rdisk) || { echo "ISER-LINUX: FAIL (build)"; exit 1; }
 # The lab image has no iscsi_tcp: pass the two modules from the lab's
 # unpacked kernel so the guest can insmod them (libiscsi is in the image).
 extra=()
@@ -36,13 +37,13 @@ if [[ -f $cache/KVER ]]; then
   done
 fi
 envs=()
-for v in ISER_MB; do
+for v in ISER_MB RDISK_LOG_LEVEL; do
   [[ -n ${!v:-} ]] && envs+=(--env "$v=${!v}")
 done
 log=${ISER_LOG:-${TMPDIR:-/tmp}/rdisk-iser-linux.log}
 echo "== booting the lab guest, console log: $log"
 "$LAB/run-guest.sh" -t "${ISER_TIMEOUT:-900}" "${envs[@]}" "$@" \
-  "$ROOT/test/interop/guest/iser-linux-initiator.sh" "$tmp/isertarget" "$LAB/examples/lab-net.sh" "${extra[@]}" > "$log" 2>&1
+  "$ROOT/test/interop/guest/iser-linux-initiator.sh" "$tmp/rdisk" "$LAB/examples/lab-net.sh" "${extra[@]}" > "$log" 2>&1
 rc=$?
 echo "== result (rc=$rc)"
 grep -E '^(ISER-LINUX|LAB-TIMING|iser: write|tcp: write|disk /dev)' "$log"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # iscsi-perf (libiscsi) 4 KiB random read QD32 against rdisk's iSCSI/TCP
-# portal and against tgt (Debian tgt), each on a 1 GiB RAM-backed LUN filled
+# portal (`rdisk target --fill`) and against tgt (Debian tgt), each on a 1 GiB RAM-backed LUN filled
 # with random data, interleaved REPS times, on 127.0.0.1. Prints the IOPS of
 # each run and the ratio of the medians. Needs root for tgtd; skips a peer
 # whose tools are missing (apt-get install libiscsi-bin tgt).
@@ -13,7 +13,7 @@ RPORT=3271 TPORT=3272
 IQN_R=iqn.2026-11.io.rdisk:perf IQN_T=iqn.2026-11.io.rdisk:tgt-perf
 command -v iscsi-perf >/dev/null || { echo "SKIP: iscsi-perf not installed (apt-get install libiscsi-bin)"; exit 0; }
 tmp=$(mktemp -d)
-TPID= GPID=
+RPID= GPID=
 cleanup() {
   [[ -n $RPID ]] && kill "$RPID" 2>/dev/null
   if [[ -n $GPID ]] && kill -0 "$GPID" 2>/dev/null; then
@@ -23,14 +23,16 @@ cleanup() {
   fi
   rm -rf "$tmp" /dev/shm/rdisk-iser-perf.img
 }
-RPID=
 trap cleanup EXIT
-(cd "$ROOT" && go build -o "$tmp/isertarget" ./test/interop/isertarget) || exit 1
-# -fill writes random data over the whole RAM LUN first: a sparse RAM disk
-# would read unwritten blocks as zeroes without touching memory.
-"$tmp/isertarget" -listen 127.0.0.1:$RPORT -iqn $IQN_R -size $((1 << 30)) -fill >"$tmp/rdisk.log" 2>&1 &
+(cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -o "$tmp/rdisk" ./cmd/rdisk) || exit 1
+# --fill writes random data over the whole RAM LUN first: a sparse RAM disk
+# would read unwritten blocks as zeroes without touching memory. NVMe-oF on
+# a free loopback port, no SRP: only the iSCSI portal is measured.
+"$tmp/rdisk" target --iscsi-listen 127.0.0.1:$RPORT --iqn $IQN_R --size 1GiB --fill \
+  --listen 127.0.0.1:0 --srp-listen "" >"$tmp/rdisk.log" 2>&1 &
 RPID=$!
-for _ in $(seq 100); do grep -q "serving" "$tmp/rdisk.log" && break; sleep 0.1; done
+for _ in $(seq 300); do grep -q "iSCSI/TCP and iSER" "$tmp/rdisk.log" && break; sleep 0.1; done
+grep -q "iSCSI/TCP and iSER" "$tmp/rdisk.log" || { echo "rdisk target did not start:"; cat "$tmp/rdisk.log"; exit 1; }
 have_tgt=0
 if command -v tgtd >/dev/null && [[ $(id -u) = 0 ]]; then
   dd if=/dev/urandom of=/dev/shm/rdisk-iser-perf.img bs=1M count=1024 status=none

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Interop acceptance harness: the Linux kernel's SRP initiator (ib_srp over
 # siw, logging in through RDMA/CM) against rdisk's SRP target inside the RDMA
-# lab guest (QEMU): add_target, a SCSI disk appears, 64 MiB O_DIRECT
-# write/read/verify, small and buffered I/O, remove the target.
+# lab guest (QEMU): `rdisk target` serves a RAM disk over SRP on
+# 169.254.99.1:5555; add_target, a SCSI disk appears, 64 MiB O_DIRECT
+# write/read/verify, small and buffered I/O, a LUN reset, remove the target.
 # Manual / acceptance only, not part of CI: without the lab it prints SKIP.
 #
 #   LAB=DIR              the lab (default: ../shared/lab next to the project root)
 #   SRP_MB=N             MiB written and verified (default 64)
 #   SRP_EXTRA=OPTS       extra add_target options (e.g. ch_count=2,queue_size=32)
 #   SRP_MODPARAMS=...    reload ib_srp with these parameters first, e.g.
-#                        "register_always=0 cmd_sg_entries=2 allow_ext_sg=1"
-#                        (indirect descriptors, tables outside the IU)
+#                        "never_register=1" (no memory registration: indirect
+#                        descriptors), or "never_register=1 cmd_sg_entries=2
+#                        allow_ext_sg=1 indirect_sg_entries=64" (tables longer
+#                        than 2 entries outside the IU); the guest then checks
+#                        the target's descriptor counters
 #   RDISK_LOG_LEVEL=...  target log level in the guest (default debug)
 #   SRP_LOG=FILE         full console log (default $TMPDIR/rdisk-srp-linux-initiator.log)
 set -uo pipefail
@@ -27,8 +31,9 @@ if ! command -v qemu-system-x86_64 >/dev/null; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "== building srptarget (CGO_ENABLED=0)"
-(cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -o "$tmp/srptarget" ./test/interop/srptarget) || { echo "SRP-LINUX-INITIATOR: FAIL (build)"; exit 1; }
+echo "== building rdisk and test/interop/sgreset (CGO_ENABLED=0)"
+(cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -o "$tmp/rdisk" ./cmd/rdisk &&
+  CGO_ENABLED=0 go build -trimpath -o "$tmp/sgreset" ./test/interop/sgreset) || { echo "SRP-LINUX-INITIATOR: FAIL (build)"; exit 1; }
 envs=()
 for v in SRP_MB SRP_EXTRA SRP_MODPARAMS RDISK_LOG_LEVEL SRP_ID_EXT SRP_IOC_GUID; do
   [[ -n ${!v:-} ]] && envs+=(--env "$v=${!v}")
@@ -36,7 +41,7 @@ done
 log=${SRP_LOG:-${TMPDIR:-/tmp}/rdisk-srp-linux-initiator.log}
 echo "== booting the lab guest, console log: $log"
 "$LAB/run-guest.sh" -t "${SRP_TIMEOUT:-900}" "${envs[@]}" "$@" \
-  "$ROOT/test/interop/guest/srp-linux-initiator.sh" "$tmp/srptarget" "$LAB/examples/lab-net.sh" > "$log" 2>&1
+  "$ROOT/test/interop/guest/srp-linux-initiator.sh" "$tmp/rdisk" "$tmp/sgreset" "$LAB/examples/lab-net.sh" > "$log" 2>&1
 rc=$?
 echo "== result (rc=$rc)"
 grep -E '^(SRP-LINUX-INITIATOR|LAB-TIMING|write .* read)' "$log"

@@ -2,8 +2,8 @@
 # rdisk interop: the Linux kernel's iSCSI initiators (open-iscsi: ib_iser
 # over siw, and iscsi_tcp) against rdisk's iSCSI/iSER portal (pure-Go
 # iWARP), inside the lab guest. Run it through
-# test/interop/run-iser-linux.sh; /guest/files (on PATH) holds `isertarget`
-# (test/interop/isertarget, CGO_ENABLED=0) and the lab's lab-net.sh.
+# test/interop/run-iser-linux.sh; /guest/files (on PATH) holds `rdisk`
+# (CGO_ENABLED=0) and the lab's lab-net.sh.
 # Output: ISER-LINUX-<step>: PASS|FAIL lines and ISER-LINUX: PASS|FAIL.
 if [ -f /guest/files/lab-net.sh ]; then
   . /guest/files/lab-net.sh
@@ -68,9 +68,12 @@ exercise() {
 
 lab_dummy_up
 rdma link add siw0 type siw netdev dummy0 || { echo "ISER-LINUX: FAIL (rdma link add)"; exit 1; }
-isertarget -listen $LAB_IP:3260 -size $((256 << 20)) > /tmp/target.log 2>&1 &
+# rdisk target also serves the disk over NVMe-oF and SRP, on loopback.
+rdisk --log-level "${RDISK_LOG_LEVEL:-info}" target --size 256MiB --iscsi-listen $LAB_IP:3260 --allow-any-host \
+  > /tmp/target.log 2>&1 &
 TPID=$!
-sleep 1
+i=0
+while [ $i -lt 50 ] && ! grep -q 'iSCSI/TCP and iSER' /tmp/target.log; do i=$((i+1)); sleep 0.2; done
 cat /tmp/target.log
 mkdir -p /run/lock/iscsi /etc/iscsi
 [ -f /etc/iscsi/initiatorname.iscsi ] || echo "InitiatorName=iqn.2026-11.io.rdisk:lab-guest" > /etc/iscsi/initiatorname.iscsi

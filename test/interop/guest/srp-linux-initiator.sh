@@ -2,7 +2,8 @@
 # rdisk interop: the Linux kernel's SRP initiator (ib_srp over siw, RDMA/CM)
 # against rdisk's SRP target (pure-Go iWARP), inside the lab guest. Run it
 # through test/interop/run-srp-linux-initiator.sh; /guest/files (on PATH)
-# holds `srptarget` (CGO_ENABLED=0) and the lab's lab-net.sh.
+# holds `rdisk` and `sgreset` (test/interop/sgreset), both CGO_ENABLED=0, and
+# the lab's lab-net.sh.
 # Output: SRP-LINUX-INITIATOR-<step>: PASS|FAIL lines and SRP-LINUX-INITIATOR: PASS|FAIL.
 if [ -f /guest/files/lab-net.sh ]; then
   . /guest/files/lab-net.sh
@@ -25,16 +26,20 @@ step() { # step NAME RC
 lab_dummy_up
 rdma link add siw0 type siw netdev dummy0 || { echo "SRP-LINUX-INITIATOR: FAIL (rdma link add)"; exit 1; }
 if [ -n "${SRP_MODPARAMS:-}" ]; then
-  # e.g. "register_always=0 cmd_sg_entries=2 allow_ext_sg=1": scatter lists as
-  # indirect descriptors, tables longer than 2 entries outside the IU.
+  # e.g. "never_register=1": no memory registration, scatter lists as
+  # indirect descriptors; with "cmd_sg_entries=2 allow_ext_sg=1" tables longer
+  # than 2 entries go outside the IU (the target fetches them).
   rmmod ib_srp && modprobe ib_srp $SRP_MODPARAMS; step modprobe-ib_srp $?
-  for p in register_always cmd_sg_entries allow_ext_sg indirect_sg_entries use_imm_data; do
+  for p in never_register register_always cmd_sg_entries allow_ext_sg indirect_sg_entries use_imm_data; do
     echo "ib_srp $p=$(cat /sys/module/ib_srp/parameters/$p 2>/dev/null)"
   done
 fi
-srptarget -listen $LAB_IP:5555 -size 256MiB -log-level "${RDISK_LOG_LEVEL:-debug}" -id-ext $ID_EXT -ioc-guid $IOC_GUID > /tmp/target.log 2>&1 &
+# rdisk target also serves the disk over NVMe-oF and iSCSI, on loopback.
+rdisk --log-level "${RDISK_LOG_LEVEL:-debug}" target --size 256MiB --srp-listen $LAB_IP:5555 --allow-any-host \
+  --srp-id-ext $ID_EXT --srp-ioc-guid $IOC_GUID > /tmp/target.log 2>&1 &
 TPID=$!
-sleep 1
+i=0
+while [ $i -lt 50 ] && ! grep -q 'SRP over RDMA/CM' /tmp/target.log; do i=$((i+1)); sleep 0.2; done
 cat /tmp/target.log
 HOST=$(ls /sys/class/infiniband_srp/ | grep siw0 | head -1)
 echo "ib_srp host: $HOST"
@@ -84,7 +89,7 @@ else
   cmp /tmp/buf /tmp/buf.want; step verify-buffered $?
   # Task management: a SCSI device reset, which ib_srp sends as SRP_TSK_MGMT
   # LOGICAL UNIT RESET; the disk works afterwards (after its unit attention).
-  srptarget -sg-reset $dev; step lun-reset $?
+  sgreset $dev; step lun-reset $?
   dd if=$dev of=/tmp/small bs=4k count=16 skip=777 iflag=direct 2>/dev/null
   cmp /tmp/small /tmp/small.want; step verify-after-reset $?
 fi
@@ -94,7 +99,22 @@ while [ $i -lt 50 ] && ls /sys/class/srp_remote_ports/port-* >/dev/null 2>&1; do
 ! ls /sys/class/srp_remote_ports/port-* >/dev/null 2>&1; step remove-target $?
 sleep 0.5
 kill $TPID 2>/dev/null
-sleep 0.5
+wait $TPID 2>/dev/null
+# rdisk target prints its SRP counters when it stops. Without memory
+# registration (never_register=1) ib_srp sends every request with more than
+# one S/G entry as an indirect descriptor table: check that some were; with
+# allow_ext_sg=1, that some tables were outside the IU (fetched by the target).
+grep 'SRP stats' /tmp/target.log
+case " ${SRP_MODPARAMS:-} " in
+*" never_register=1 "*)
+  grep -Eq 'SRP stats \{.* (Indirect|External):[1-9]' /tmp/target.log
+  step indirect-descriptors $? ;;
+esac
+case " ${SRP_MODPARAMS:-} " in
+*" allow_ext_sg=1 "*)
+  grep -q 'SRP stats {.* External:[1-9]' /tmp/target.log
+  step external-tables $? ;;
+esac
 echo "--- target log"; tail -40 /tmp/target.log
 echo "--- kernel log"; dmesg | grep -Ei 'srp|siw|scsi|sd[a-z]' | grep -v 'speed is unknown' | tail -40
 echo "=== summary ==="
