@@ -2,8 +2,6 @@ package initiator
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -13,76 +11,36 @@ import (
 	"github.com/rdisk/rdisk/iser"
 	"github.com/rdisk/rdisk/rdma"
 	"github.com/rdisk/rdisk/scsi"
+	"github.com/rdisk/rdisk/scsi/host"
 )
 
 // StatusError is a command the target completed with a SCSI status other
-// than GOOD. It matches the blockdev sentinel of its sense key and code
-// with errors.Is.
-type StatusError struct {
-	Command string
-	Status  scsi.Status
-	// Sense is the decoded sense data (zero when there was none or it did
-	// not parse).
-	Sense    scsi.Sense
-	HasSense bool
-}
+// than GOOD: the SCSI host layer's error, shared with the SRP initiator. It
+// matches the blockdev sentinel of its status and sense with errors.Is
+// (host.StatusError.Class).
+type StatusError = host.StatusError
 
-func (e *StatusError) Error() string {
-	if e.HasSense {
-		return fmt.Sprintf("iscsi %s: %s, sense key %s, ASC/ASCQ %s", e.Command, e.Status, e.Sense.Key, e.Sense.ASC)
-	}
-	return fmt.Sprintf("iscsi %s: %s", e.Command, e.Status)
-}
-
-// Is maps the status to the blockdev sentinels.
-func (e *StatusError) Is(target error) bool {
-	switch target {
-	case blockdev.ErrRange:
-		return e.HasSense && e.Sense.ASC == scsi.ASCLBAOutOfRange
-	case blockdev.ErrReadOnly:
-		return e.HasSense && e.Sense.Key == scsi.KeyDataProtect
-	case blockdev.ErrUnsupported:
-		return e.HasSense && e.Sense.ASC == scsi.ASCInvalidCommandOpcode
-	case blockdev.ErrInvalid:
-		return e.HasSense && e.Sense.Key == scsi.KeyIllegalRequest && e.Sense.ASC != scsi.ASCLBAOutOfRange &&
-			e.Sense.ASC != scsi.ASCInvalidCommandOpcode
-	case blockdev.ErrIO:
-		return !e.HasSense || e.Sense.Key == scsi.KeyMediumError || e.Sense.Key == scsi.KeyHardwareError ||
-			e.Sense.Key == scsi.KeyMiscompare || e.Sense.Key == scsi.KeyAbortedCommand
-	}
-	return false
-}
-
-func statusError(name string, status uint8, sense []byte) *StatusError {
-	e := &StatusError{Command: name, Status: scsi.Status(status)}
-	if len(sense) > 0 {
-		if s, err := scsi.ParseSense(sense); err == nil {
-			e.Sense, e.HasSense = s, true
-		}
-	}
-	return e
-}
-
-// Device is one logical unit of a session as a blockdev.Device: READ(16),
-// WRITE(16) with FUA, SYNCHRONIZE CACHE(16), UNMAP and WRITE SAME(16) of a
-// zero block. It has one queue (the session's connection) of the session's
-// depth. It is safe for concurrent use.
+// Device is one logical unit of a session as a blockdev.Device. The SCSI
+// host layer (scsi/host) probes it and builds each request's command:
+// READ(16), WRITE(16) with FUA, SYNCHRONIZE CACHE(16), UNMAP and WRITE
+// SAME(16) of a zero block. It has one queue (the session's connection) of
+// the session's depth. It is safe for concurrent use.
 type Device struct {
 	s      *Session
 	lun    uint64
+	lu     host.LU
 	info   blockdev.Info
-	shift  uint
 	owned  bool
 	closed atomic.Bool
 
-	aux    []byte // per-slot 32-byte UNMAP parameter lists, then one zero block
-	auxMR  rdma.MR
-	zero   []byte
-	maxWS  uint64 // blocks per WRITE SAME
-	maxUnm uint64 // blocks per UNMAP descriptor
+	aux   []byte // per-slot 32-byte UNMAP parameter lists, then one zero block
+	auxMR rdma.MR
+	zero  []byte
 }
 
 var _ blockdev.Device = (*Device)(nil)
+
+var _ host.Runner = (*Session)(nil)
 
 const auxStride = 32
 
@@ -106,101 +64,48 @@ func Open(ctx context.Context, u URL, cfg Config) (*Device, error) {
 	return d, nil
 }
 
-// Device opens LUN lun of the session for I/O: it clears the unit
-// attentions of a new nexus and reads the capacity and block limits.
+// RunSCSI implements host.Runner with Execute.
+func (s *Session) RunSCSI(ctx context.Context, c *host.Command) error {
+	cmd := Command{LUN: c.LUN, CDB: c.CDB}
+	switch c.Dir {
+	case scsi.DirIn:
+		cmd.DataIn = c.Data
+	case scsi.DirOut:
+		cmd.DataOut = c.Data
+	}
+	if err := s.Execute(ctx, &cmd); err != nil {
+		return err
+	}
+	c.Status, c.Sense = cmd.Status, cmd.Sense
+	if c.Dir == scsi.DirIn && cmd.Underflw {
+		c.Resid = cmd.Residual
+	}
+	return nil
+}
+
+// Device opens LUN lun of the session for I/O: host.Probe clears the unit
+// attentions of the new nexus, checks the device type and reads the
+// capacity, the block limits and provisioning VPD pages and the write
+// protection.
 func (s *Session) Device(ctx context.Context, lun uint64) (*Device, error) {
 	if s.params.SessionType != iser.SessionNormal {
 		return nil, fmt.Errorf("iscsi: a discovery session has no LUNs")
 	}
-	var err error
-	for range 5 {
-		if err = s.simple(ctx, lun, []byte{scsi.OpTestUnitReady, 0, 0, 0, 0, 0}, nil, "test unit ready"); err == nil {
-			break
-		}
-		var se *StatusError
-		if !errors.As(err, &se) || !se.HasSense || se.Sense.Key != scsi.KeyUnitAttention {
-			return nil, err
-		}
-	}
+	lu, err := host.Probe(ctx, s, lun, s.cfg.MaxTransfer)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("iscsi: %w", err)
 	}
-	rc := make([]byte, 32)
-	cdb := []byte{scsi.OpServiceActionIn16, scsi.SAReadCapacity16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0}
-	if err := s.simple(ctx, lun, cdb, rc, "read capacity(16)"); err != nil {
-		return nil, err
-	}
-	blocks := binary.BigEndian.Uint64(rc[0:]) + 1
-	bs := binary.BigEndian.Uint32(rc[8:])
-	lbpme := rc[14]&0x80 != 0
-	if bs < 512 || bs > 65536 || bs&(bs-1) != 0 {
-		return nil, fmt.Errorf("iscsi: LUN %d has %d-byte blocks", lun, bs)
-	}
-	shift := uint(0)
-	for 1<<shift != bs {
-		shift++
-	}
-	maxXfer := uint64(s.cfg.MaxTransfer) >> shift
-	maxWS, maxUnmap := uint64(0xffff), uint64(0xffff)
-	bl := make([]byte, 64)
-	if err := s.simple(ctx, lun, []byte{scsi.OpInquiry, 1, 0xb0, 0, 64, 0}, bl, "inquiry (block limits)"); err == nil {
-		if v := uint64(binary.BigEndian.Uint32(bl[8:])); v != 0 {
-			maxXfer = min(maxXfer, v)
-		}
-		if v := uint64(binary.BigEndian.Uint32(bl[20:])); v != 0 && v != 0xffffffff {
-			maxUnmap = min(maxUnmap, v)
-		}
-		if v := binary.BigEndian.Uint64(bl[36:]); v != 0 {
-			maxWS = min(maxWS, v)
-		}
-	}
-	lbpu := false
-	lbp := make([]byte, 8)
-	if lbpme && s.simple(ctx, lun, []byte{scsi.OpInquiry, 1, 0xb2, 0, 8, 0}, lbp, "inquiry (provisioning)") == nil {
-		lbpu = lbp[5]&0x80 != 0
-	}
-	if maxXfer == 0 {
-		return nil, fmt.Errorf("iscsi: LUN %d: %d-byte blocks exceed the transfer limit", lun, bs)
-	}
-	caps := blockdev.CapFlush | blockdev.CapFUA | blockdev.CapWriteZeroes
-	maxZ := maxWS
-	if lbpme && lbpu {
-		caps |= blockdev.CapDiscard
-		maxZ = min(maxZ, maxUnmap)
-	}
-	d := &Device{s: s, lun: lun, shift: shift, maxWS: maxWS, maxUnm: maxUnmap}
-	d.info = blockdev.Info{
-		Name:        fmt.Sprintf("%s://%s/%s/%d", URL{Transport: s.tr}.Scheme(), s.addr, s.params.TargetName, lun),
-		BlockSize:   int(bs),
-		Size:        int64(blocks) << shift,
-		Queues:      1,
-		QueueDepth:  s.depth,
-		MaxTransfer: int(maxXfer << shift),
-		MaxZeroes:   int64(maxZ) << shift,
-		Caps:        caps,
-	}
-	d.aux = alignedBuffer(len(s.slots)*auxStride + int(bs))
+	d := &Device{s: s, lun: lun, lu: lu}
+	d.info = lu.Info(fmt.Sprintf("%s://%s/%s/%d", URL{Transport: s.tr}.Scheme(), s.addr, s.params.TargetName, lun), 1, s.depth)
+	d.aux = alignedBuffer(len(s.slots)*auxStride + lu.BlockSize)
 	d.zero = d.aux[len(s.slots)*auxStride:]
 	if s.tr == iser.TransportISER {
 		l := s.lk.(*iserLink)
 		if d.auxMR, err = l.pd.RegisterMemory(d.aux, rdma.AccessLocalWrite); err != nil {
-			return nil, fmt.Errorf("iscsi: registering: %w", err)
+			return nil, fmt.Errorf("iscsi: LUN %d: registering the UNMAP parameters and zero block: %w", lun, err)
 		}
 	}
 	return d, nil
-}
-
-// simple runs a command with plain memory and turns a bad status into a
-// StatusError.
-func (s *Session) simple(ctx context.Context, lun uint64, cdb, dataIn []byte, name string) error {
-	cmd := Command{LUN: lun, CDB: cdb, DataIn: dataIn}
-	if err := s.Execute(ctx, &cmd); err != nil {
-		return fmt.Errorf("iscsi %s: %w", name, err)
-	}
-	if cmd.Status != scsi.StatusGood {
-		return statusError(name, uint8(cmd.Status), cmd.Sense)
-	}
-	return nil
 }
 
 // Session returns the device's session.
@@ -280,45 +185,23 @@ func (d *Device) Submit(r *blockdev.Request) error {
 		return err
 	}
 	sl.kind, sl.lun, sl.dev, sl.req, sl.op = kindCmd, d.lun, d, r, r.Op
-	sl.read, sl.write = false, false
 	var cdb [16]byte
-	lba := uint64(r.Offset) >> d.shift
-	nlb := uint64(r.Length) >> d.shift
-	switch r.Op {
-	case blockdev.OpRead, blockdev.OpWrite:
-		cdb[0] = scsi.OpRead16
-		sl.read = true
-		if r.Op == blockdev.OpWrite {
-			cdb[0], sl.read, sl.write = scsi.OpWrite16, false, true
-			if r.Flags&blockdev.FUA != 0 {
-				cdb[1] = 0x08
-			}
-		}
-		binary.BigEndian.PutUint64(cdb[2:], lba)
-		binary.BigEndian.PutUint32(cdb[10:], uint32(nlb))
-		sl.buf = b.mem[r.BufOff : r.BufOff+r.Length]
-		sl.mr, sl.mrOff = b.mr, r.BufOff
-		sl.expLen = uint32(r.Length)
-	case blockdev.OpFlush:
-		cdb[0] = scsi.OpSyncCache16
-		sl.expLen = 0
-	case blockdev.OpDiscard:
-		cdb[0] = scsi.OpUnmap
-		p := d.aux[sl.idx*auxStride : sl.idx*auxStride+24]
-		binary.BigEndian.PutUint16(p[0:], 22)
-		binary.BigEndian.PutUint16(p[2:], 16)
-		clear(p[4:8])
-		binary.BigEndian.PutUint64(p[8:], lba)
-		binary.BigEndian.PutUint32(p[16:], uint32(nlb))
-		clear(p[20:24])
-		binary.BigEndian.PutUint16(cdb[7:], 24)
-		sl.write, sl.buf, sl.mr, sl.mrOff, sl.expLen = true, p, d.auxMR, sl.idx*auxStride, 24
-	case blockdev.OpWriteZeroes:
-		cdb[0] = scsi.OpWriteSame16
-		binary.BigEndian.PutUint64(cdb[2:], lba)
-		binary.BigEndian.PutUint32(cdb[10:], uint32(nlb))
-		sl.write, sl.buf, sl.mr, sl.mrOff, sl.expLen = true, d.zero, d.auxMR, len(d.s.slots)*auxStride, uint32(len(d.zero))
+	pOff := sl.idx * auxStride
+	io, err := d.lu.BuildIO(&cdb, d.aux[pOff:pOff+auxStride], r)
+	if err != nil {
+		s.put(sl)
+		return err
 	}
+	sl.read, sl.write = io.Dir == scsi.DirIn, io.Dir == scsi.DirOut
+	switch io.Data {
+	case host.DataBuffer:
+		sl.buf, sl.mr, sl.mrOff = b.mem[r.BufOff:r.BufOff+r.Length], b.mr, r.BufOff
+	case host.DataParam:
+		sl.buf, sl.mr, sl.mrOff = d.aux[pOff:pOff+io.Len], d.auxMR, pOff
+	case host.DataZeroBlock:
+		sl.buf, sl.mr, sl.mrOff = d.zero, d.auxMR, len(d.s.slots)*auxStride
+	}
+	sl.expLen = uint32(io.Len)
 	iser.SCSICommand(sl.hdr[:]).Encode(&iser.SCSICommandFields{Final: true, Read: sl.read, Write: sl.write, Attr: iser.AttrSimple,
 		LUN: encodeLUN(d.lun), ITT: sl.itt, ExpectedDataTransferLength: sl.expLen, CDB: cdb})
 	r.Issued = time.Now()
@@ -338,15 +221,17 @@ func (d *Device) complete(sl *slot) {
 	case sl.response != iser.ResponseCompleted:
 		r.Err = fmt.Errorf("iscsi %s: the target failed the command (response %#x): %w", sl.op, sl.response, blockdev.ErrIO)
 	case sl.status != 0:
-		se := statusError(sl.op.String(), sl.status, sl.sense[:sl.senseLen])
-		if se.HasSense && se.Sense.Key == scsi.KeyUnitAttention && sl.retries < 3 && !d.closed.Load() {
+		if host.Retry(scsi.Status(sl.status), sl.sense[:sl.senseLen], sl.retries) && !d.closed.Load() {
 			// A unit attention (LUN reset, mode change...) fails the
-			// command that reports it: send it again.
+			// command that reports it, BUSY and TASK SET FULL a command
+			// the task set had no room for: send it again, from another
+			// goroutine, since posting may wait for the command window
+			// that this receive side opens.
 			sl.retries++
 			go d.retry(sl)
 			return
 		}
-		r.Err = se
+		r.Err = host.NewStatusError("iscsi", host.IOName(sl.op), scsi.Status(sl.status), sl.sense[:sl.senseLen])
 	case sl.under && (sl.op == blockdev.OpRead || sl.op == blockdev.OpWrite):
 		r.Err = fmt.Errorf("iscsi %s: %d bytes short: %w", sl.op, sl.resid, blockdev.ErrIO)
 	default:
