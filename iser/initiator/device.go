@@ -114,6 +114,9 @@ func (d *Device) Session() *Session { return d.s }
 // LUN returns the logical unit number.
 func (d *Device) LUN() uint64 { return d.lun }
 
+// LU returns what the probe learned about the logical unit.
+func (d *Device) LU() host.LU { return d.lu }
+
 // Info implements blockdev.Device.
 func (d *Device) Info() blockdev.Info { return d.info }
 
