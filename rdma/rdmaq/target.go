@@ -168,7 +168,7 @@ type Slot[R any] struct {
 	idx    int
 	owned  bool // taken by Admit: returns to the free list
 	recv   int  // receive buffer held, or -1
-	reads  int  // RDMA Reads in flight
+	reads  int  // RDMA Reads of the fetch still to complete
 	data   []byte
 	dataMR rdma.MR
 	resp   []byte
@@ -423,21 +423,26 @@ func (q *TargetQueue[R]) Repost(s *Slot[R]) error {
 }
 
 // Read posts an RDMA Read of n bytes from the peer's raddr/rkey into the
-// slot's data buffer at off. Fetched follows once every Read posted for
-// the slot completed.
+// slot's data buffer at off: a fetch of one Read, which Fetched follows.
 func (q *TargetQueue[R]) Read(s *Slot[R], off, n int, raddr uint64, rkey uint32) error {
+	q.Fetch(s, 1)
 	return q.ReadSGE(s, rdma.SGE{MR: s.dataMR, Offset: off, Length: n}, raddr, rkey)
 }
 
-// ReadSGE is Read into any local memory of the queue's PD (SRP reads an
-// indirect descriptor table into a buffer of its own).
+// Fetch declares that the next n ReadSGE calls for s form one fetch:
+// Fetched follows once all n completed. Declaring the count before
+// posting keeps a fetch posted off the completion goroutine (a request
+// started by Free) from looking done after its first Read.
+func (q *TargetQueue[R]) Fetch(s *Slot[R], n int) { s.reads = n }
+
+// ReadSGE posts one Read of a fetch (see Fetch) into any local memory of
+// the queue's PD (SRP reads an indirect descriptor table into a buffer of
+// its own).
 func (q *TargetQueue[R]) ReadSGE(s *Slot[R], sge rdma.SGE, raddr uint64, rkey uint32) error {
-	s.reads++
 	s.sgl[0] = sge
 	s.wr = rdma.SendWR{ID: kindRead | uint64(s.idx), Op: rdma.OpRDMARead, Flags: rdma.Signaled, SGL: s.sgl[:],
 		RemoteAddr: raddr, RemoteKey: rkey}
 	if err := q.qp.PostSend(&s.wr); err != nil {
-		s.reads--
 		return fmt.Errorf("rdmaq: posting an RDMA Read: %w", err)
 	}
 	return nil

@@ -3,12 +3,15 @@ package target
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"github.com/rdisk/rdisk/srp"
 	"github.com/rdisk/rdisk/srp/initiator"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/scsi"
 )
@@ -210,11 +213,28 @@ func TestFormats(t *testing.T) {
 	}
 }
 
+// alignDisk records whether every write reached it in a 4 KiB-aligned
+// buffer.
+type alignDisk struct {
+	*testDisk
+	writes, misaligned atomic.Int32
+}
+
+func (d *alignDisk) WriteAt(p []byte, off int64, f backstore.WriteFlags) error {
+	d.writes.Add(1)
+	if uintptrOf(&p[0])%4096 != 0 {
+		d.misaligned.Add(1)
+	}
+	return d.testDisk.WriteAt(p, off, f)
+}
+
 // TestImmediateDataAlignment: immediate data lands 4 KiB-aligned in the
-// receive buffers, so O_DIRECT backstores can write it in place.
+// receive buffers, so O_DIRECT backstores write it in place: writes with
+// immediate data through every receive buffer reach the disk aligned.
 func TestImmediateDataAlignment(t *testing.T) {
 	t.Parallel()
-	lt := startTarget(t, Config{QueueDepth: 4}, PortConfig{}, nil)
+	disk := &alignDisk{testDisk: newTestDisk(t, 1<<20)}
+	lt := startTarget(t, Config{QueueDepth: 4}, PortConfig{}, disk)
 	f := rawLoginFields(srp.MakePortID(1, 1))
 	f.ReqITIULen, f.ReqFlags, f.ImmDataOffset = 8260, srp.ImmedRequested, 68
 	c, err := rawLogin(t, lt.addr, loginPD(f))
@@ -222,16 +242,33 @@ func TestImmediateDataAlignment(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.close()
-	var ch *channel
-	lt.port.mu.Lock()
-	for _, nx := range lt.port.nexuses {
-		ch = nx.channels[0]
+	write := func(tag uint64) []byte {
+		b := make([]byte, 68+512)
+		cf := srp.CmdFields{Tag: tag, DataOutFmt: srp.DescImmediate}
+		copy(cf.CDB[:], []byte{scsi.OpWrite10, 0, 0, 0, 0, byte(tag), 0, 0, 1, 0})
+		srp.Cmd(b).Encode(&cf)
+		binary.BigEndian.PutUint32(b[srp.CmdSize:], 512) // immediate data descriptor: length
+		return b
 	}
-	lt.port.mu.Unlock()
-	for i := 0; i < ch.nrecv; i++ {
-		if p := &ch.recvIU(i, 8260)[68]; uintptrOf(p)%4096 != 0 {
-			t.Fatalf("receive buffer %d: immediate data at %#x", i, uintptrOf(p))
+	const n = 10 // more than the 5 receive buffers: every one is used
+	for tag := uint64(1); tag <= n; tag++ {
+		c.send(write(tag))
+		for {
+			iu := c.recv(10 * time.Second)
+			if iu == nil {
+				t.Fatalf("no response for tag %d", tag)
+			}
+			if srp.Opcode(iu[0]) == srp.OpRsp {
+				if r, _ := srp.ParseRsp(iu); r.Fields().Tag != tag {
+					t.Fatalf("response tag %d, want %d", r.Fields().Tag, tag)
+				}
+				break
+			}
 		}
+	}
+	// The first write reports the power-on unit attention.
+	if w, m := disk.writes.Load(), disk.misaligned.Load(); w < n-1 || m != 0 {
+		t.Fatalf("%d writes reached the disk, %d of them misaligned", w, m)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdisk/rdisk/internal/workers"
 	"github.com/rdisk/rdisk/rdma"
 	"github.com/rdisk/rdisk/scsi"
 )
@@ -72,7 +73,7 @@ type Config struct {
 	// RDMAReadDepth is the ORD asked for at accept.
 	RDMAReadDepth int
 	// Workers is the number of goroutines per channel that run commands
-	// on disks that may block (default min(QueueDepth, 4), as the iSER and
+	// on disks that may block (default min(QueueDepth, workers.Default), as the iSER and
 	// NVMe-oF targets: on the 2-core test machine 32 workers, each a thread
 	// in a system call, gave 35-41k 4 KiB IOPS from a cached file and
 	// 4.5-14k from a loop device where 4 gave 90-106k and 20-26k).
@@ -112,7 +113,7 @@ func (c *Config) setDefaults() error {
 		c.RDMAReadDepth = DefaultRDMAReadDepth
 	}
 	if c.Workers == 0 {
-		c.Workers = min(c.QueueDepth, 4)
+		c.Workers = min(c.QueueDepth, workers.Default)
 	}
 	switch {
 	case c.QueueDepth < 2 || c.QueueDepth > maxQueueDepth:
@@ -644,7 +645,7 @@ func (t *Target) login(prov rdma.Provider, req rdma.ConnRequest) {
 	ch.mu.Lock()
 	ch.granted = int64(ch.depth)
 	ch.mu.Unlock()
-	err = req.Accept(ch.ctx, ch.qp, rdma.ConnParam{PrivateData: rsp, ResponderResources: 4, InitiatorDepth: readDepth(cfg.RDMAReadDepth, req.ResponderResources())})
+	err = req.Accept(ch.ctx, ch.q.QP(), rdma.ConnParam{PrivateData: rsp, ResponderResources: 4, InitiatorDepth: readDepth(cfg.RDMAReadDepth, req.ResponderResources())})
 	if err != nil {
 		t.log.Info("srp: accept failed", "initiator", f.InitiatorPortID, "peer", req.RemoteAddr(), "err", err)
 		ch.end("accept failed")
@@ -653,8 +654,7 @@ func (t *Target) login(prov rdma.Provider, req rdma.ConnRequest) {
 	t.stats.logins.Add(1)
 	t.log.Info("srp: login", "channel", ch.id, "initiator", f.InitiatorPortID, "target", p.id, "peer", req.RemoteAddr(),
 		"credits", ch.depth, "it_iu_len", f.ReqITIULen, "imm_data_offset", immOff, "multichannel", f.MultiChannel())
-	ch.loop()
-	ch.end("")
+	ch.run()
 }
 
 // readDepth is the ORD to ask for at accept: at most the initiator's IRD

@@ -2,32 +2,29 @@ package target
 
 import (
 	"context"
-	"fmt"
-	"github.com/rdisk/rdisk/srp"
+	"errors"
 	"log/slog"
 	"net"
 	"sync"
 	"time"
 
-	"github.com/rdisk/rdisk/backstore"
+	"github.com/rdisk/rdisk/internal/workers"
 	"github.com/rdisk/rdisk/rdma"
+	"github.com/rdisk/rdisk/rdma/rdmaq"
 	"github.com/rdisk/rdisk/scsi"
-)
-
-// Work request IDs: receives use the receive buffer index; send-queue work
-// requests carry a kind in the top byte and the slot in the low bits.
-const (
-	wrRsp     uint64 = 1 << 56 // response Send of a slot
-	wrRead    uint64 = 2 << 56 // RDMA Read of a slot's data or table
-	wrWrite   uint64 = 3 << 56 // RDMA Write of a slot's data (unsignaled)
-	wrTReq    uint64 = 4 << 56 // CRED_REQ / AER_REQ Send
-	wrTLogout uint64 = 5 << 56 // T_LOGOUT Send
-	wrKind    uint64 = 0xff << 56
+	"github.com/rdisk/rdisk/srp"
 )
 
 // treqStride is the size of a target request buffer: an SRP_AER_REQ with
 // fixed-format sense data, rounded up.
 const treqStride = 64
+
+// Control buffers of a channel's queue: the one target request (CRED_REQ,
+// AER_REQ) outstanding, and SRP_T_LOGOUT.
+const (
+	ctlTReq   = 0
+	ctlLogout = 1
+)
 
 // slotState is where a request slot is in its life.
 type slotState uint8
@@ -52,15 +49,14 @@ const (
 	abortStatus = 2 // another nexus cleared it: TASK ABORTED
 )
 
-// slot is one request context: the copy of a command or task management
-// IU, its data buffer and its response IU. A slot is owned by whoever moved
-// it into its state: the loop (reading), a worker or the task management
-// goroutine (queued, executing), the loop again once the response is
-// posted (responding, until its send completion).
-type slot struct {
-	idx   int
+// request is the SRP state of one request slot: the copy of a command or
+// task management IU and what it needs besides the slot's data and
+// response buffers. A slot is owned by whoever moved it into its state:
+// the loop (reading), a worker or the task management goroutine (queued,
+// executing), the loop again once the response is posted (responding,
+// until its send completion). state and abort change under channel.mu.
+type request struct {
 	state slotState
-	recv  int // receive buffer still held (the IU, immediate data), or -1
 	n     int // IU bytes received
 	isTMF bool
 	abort uint8
@@ -75,28 +71,19 @@ type slot struct {
 	descs  []srp.DirectDesc
 	tmf    srp.TskMgmtFields
 
-	buf       []byte // data buffer (registered, lazily)
-	bufMR     rdma.MR
-	table     []byte // external indirect table (registered, lazily)
-	tableMR   rdma.MR
-	readsLeft int
-	readErr   bool
-	fetching  bool // reading the table, not the data
-
-	rsp  []byte // the slot's response IU buffer (view into rspBuf)
-	sge  [1]rdma.SGE
-	wr   rdma.SendWR
-	rsge [1]rdma.SGE
-	rwr  rdma.RecvWR
+	table    []byte // external indirect table (registered, lazily)
+	tableMR  rdma.MR
+	fetching bool // reading the table, not the data
 }
 
-// waitingIU is a received IU that found no free slot.
-type waitingIU struct{ recv, n int }
+// slot is a request slot of a channel's queue.
+type slot = rdmaq.Slot[request]
 
-// channel is one RDMA channel (one QP) of an I_T nexus. Its loop goroutine
-// polls the CQ, parses IUs and posts RDMA Reads; workers run commands and
-// post data-in RDMA Writes and responses. The state they share (credits,
-// slots, target requests) is guarded by mu.
+// channel is one RDMA channel (one QP) of an I_T nexus, on an
+// rdmaq.TargetQueue. Its completion loop parses IUs and posts RDMA
+// operations; workers run commands on disks that may block and post their
+// data-in RDMA Writes and responses. The state they share (credits, slot
+// states, target requests) is guarded by mu.
 type channel struct {
 	t    *Target
 	port *Port
@@ -109,33 +96,15 @@ type channel struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	pd rdma.PD
-	cq rdma.CQ
-	qp rdma.QP
-
-	depth      int // request limit granted at login
-	nrecv      int // receive buffers: depth + 1 for initiator responses
-	iuLen      int // longest IU the initiator sends (its it_iu_len)
-	tiLen      int // longest IU we send
-	immOff     int // immediate data offset, 0 without immediate data
-	recvPad    int
-	recvStride int
-	recvBuf    []byte
-	recvMR     rdma.MR
-	rspStride  int
-	rspBuf     []byte
-	rspMR      rdma.MR
-	treqBuf    []byte
-	treqMR     rdma.MR
-	slots      []slot
-	rwr        rdma.RecvWR // loop's receive WR for reposting initiator responses
-	rsge       [1]rdma.SGE
-	work       chan int
-	wg         sync.WaitGroup
+	q      *rdmaq.TargetQueue[request]
+	depth  int // request limit granted at login
+	iuLen  int // longest IU the initiator sends (its it_iu_len)
+	tiLen  int // longest IU we send
+	immOff int // immediate data offset, 0 without immediate data
+	pool   *workers.Pool[*slot]
+	wg     sync.WaitGroup // task management goroutines
 
 	mu         sync.Mutex
-	free       []int
-	waiting    []waitingIU
 	pending    int32 // credits freed but not yet returned to the initiator
 	granted    int64 // credits granted in total
 	consumed   int64 // credit-consuming IUs received
@@ -155,118 +124,57 @@ type aerEvent struct {
 	asc scsi.ASC
 }
 
-// newChannel allocates a channel's resources and posts its receives.
+// Reasons the completion loop ends on its own.
+const (
+	errILogout    = errorString("initiator logout")
+	errLogoutSent = errorString("target logout sent")
+)
+
+// newChannel allocates a channel's queue and posts its receives: depth+1
+// receive buffers (the extra one for initiator responses), twice as many
+// request slots as credits.
 func (t *Target) newChannel(prov rdma.Provider, p *Port, f srp.LoginReqFields, immOff int, peer net.Addr) (*channel, error) {
 	cfg := &t.cfg
 	ch := &channel{
 		t: t, port: p, id: t.chanID.Add(1), ipid: f.InitiatorPortID, peer: peer,
-		depth: cfg.QueueDepth, nrecv: cfg.QueueDepth + 1, iuLen: int(f.ReqITIULen), immOff: immOff,
+		depth: cfg.QueueDepth, iuLen: int(f.ReqITIULen), immOff: immOff,
 	}
 	ch.log = t.log.With("channel", ch.id)
 	ch.ctx, ch.cancel = context.WithCancel(t.ctx)
 	ch.tiLen = min(int(f.ReqITIULen), srp.RspSize+scsi.SenseBufferLen)
-	fail := func(step string, err error) (*channel, error) {
-		ch.release()
-		return nil, fmt.Errorf("%s: %w", step, err)
-	}
-	var err error
-	if ch.pd, err = prov.AllocPD(); err != nil {
-		return fail("allocating PD", err)
-	}
 	nslots := 2 * ch.depth
-	maxSend := ch.depth*(cfg.MaxDescriptors+1) + nslots + 4
-	if ch.cq, err = prov.CreateCQ(ch.nrecv + maxSend + 8); err != nil {
-		return fail("creating CQ", err)
+	// When immediate data is on, each IU starts at a pad that puts its
+	// data on a 4 KiB boundary, for O_DIRECT backstores.
+	q, err := rdmaq.NewTargetQueue(rdmaq.TargetConfig{
+		Provider: prov, Recvs: ch.depth + 1, RecvLen: ch.iuLen, AlignAt: immOff,
+		Slots: nslots, RespLen: srp.RspSize + scsi.SenseBufferLen,
+		SendWRs: ch.depth*(cfg.MaxDescriptors+1) + nslots + 4,
+		Ctl:     2, CtlLen: treqStride, MaxData: max(cfg.MaxTransfer, 4096), QPContext: ch,
+	}, ch)
+	if err != nil {
+		ch.cancel()
+		return nil, err
 	}
-	if ch.qp, err = ch.pd.CreateQP(rdma.QPConfig{SendCQ: ch.cq, RecvCQ: ch.cq, MaxSendWR: maxSend, MaxRecvWR: ch.nrecv,
-		MaxSendSGE: 1, MaxRecvSGE: 1, Context: ch}); err != nil {
-		return fail("creating QP", err)
+	ch.q = q
+	for i := range q.Slots() {
+		s := q.Slot(i)
+		s.R.descs = make([]srp.DirectDesc, 0, cfg.MaxDescriptors)
+		s.R.cmd.Sense = s.R.sense[:]
 	}
-	// Receive buffers: when immediate data is on, each IU starts at a pad
-	// that puts its data on a 4 KiB boundary, for O_DIRECT backstores.
-	if immOff != 0 {
-		ch.recvPad = (4096 - immOff%4096) % 4096
-		ch.recvStride = (ch.recvPad + ch.iuLen + 4095) &^ 4095
-	} else {
-		ch.recvStride = (ch.iuLen + 63) &^ 63
-	}
-	ch.recvBuf = backstore.AlignedBuffer(ch.nrecv*ch.recvStride, 4096)
-	if ch.recvMR, err = ch.pd.RegisterMemory(ch.recvBuf, rdma.AccessLocalWrite); err != nil {
-		return fail("registering receive buffers", err)
-	}
-	ch.rspStride = (srp.RspSize + scsi.SenseBufferLen + 63) &^ 63
-	ch.rspBuf = backstore.AlignedBuffer(nslots*ch.rspStride, 4096)
-	if ch.rspMR, err = ch.pd.RegisterMemory(ch.rspBuf, rdma.AccessLocalWrite); err != nil {
-		return fail("registering response buffers", err)
-	}
-	ch.treqBuf = make([]byte, 2*treqStride)
-	if ch.treqMR, err = ch.pd.RegisterMemory(ch.treqBuf, rdma.AccessLocalWrite); err != nil {
-		return fail("registering target request buffers", err)
-	}
-	ch.slots = make([]slot, nslots)
-	ch.free = make([]int, 0, nslots)
-	for i := range ch.slots {
-		s := &ch.slots[i]
-		s.idx, s.recv = i, -1
-		s.rsp = ch.rspBuf[i*ch.rspStride : (i+1)*ch.rspStride]
-		s.descs = make([]srp.DirectDesc, 0, cfg.MaxDescriptors)
-		s.cmd.Sense = s.sense[:]
-		ch.free = append(ch.free, nslots-1-i)
-	}
-	ch.rwr.SGL = ch.rsge[:]
-	for i := 0; i < ch.nrecv; i++ {
-		if err := ch.postRecv(&ch.rwr, ch.rsge[:], i); err != nil {
-			return fail("posting receives", err)
-		}
-	}
-	ch.work = make(chan int, nslots)
-	for range cfg.Workers {
-		ch.wg.Add(1)
-		go ch.worker()
-	}
+	ch.pool = workers.New(cfg.Workers, nslots, ch.exec, nil)
 	return ch, nil
 }
 
-// recvIU returns the bytes of receive buffer i.
-func (ch *channel) recvIU(i, n int) []byte {
-	off := i*ch.recvStride + ch.recvPad
-	return ch.recvBuf[off : off+n : off+ch.iuLen]
-}
-
-func (ch *channel) postRecv(wr *rdma.RecvWR, sge []rdma.SGE, i int) error {
-	sge[0] = rdma.SGE{MR: ch.recvMR, Offset: i*ch.recvStride + ch.recvPad, Length: ch.iuLen}
-	wr.ID, wr.SGL = uint64(i), sge
-	return ch.qp.PostRecv(wr)
-}
-
-// free releases the resources. The loop, the workers and the task
+// release frees the resources. The loop, the workers and the task
 // management goroutines must have ended.
 func (ch *channel) release() {
-	if ch.cancel != nil {
-		ch.cancel()
-	}
-	if ch.qp != nil {
-		ch.qp.Close()
-	}
-	for i := range ch.slots {
-		if mr := ch.slots[i].bufMR; mr != nil {
-			mr.Deregister()
-		}
-		if mr := ch.slots[i].tableMR; mr != nil {
+	ch.cancel()
+	for i := range ch.q.Slots() {
+		if mr := ch.q.Slot(i).R.tableMR; mr != nil {
 			mr.Deregister()
 		}
 	}
-	for _, mr := range []rdma.MR{ch.recvMR, ch.rspMR, ch.treqMR} {
-		if mr != nil {
-			mr.Deregister()
-		}
-	}
-	if ch.cq != nil {
-		ch.cq.Close()
-	}
-	if ch.pd != nil {
-		ch.pd.Close()
-	}
+	ch.q.Close()
 }
 
 // shutdown disconnects the channel; its loop then ends. Safe from any
@@ -275,11 +183,8 @@ func (ch *channel) shutdown(reason string) {
 	ch.stop.Do(func() {
 		ch.mu.Lock()
 		ch.dead = true
-		close(ch.work)
 		ch.mu.Unlock()
-		if ch.qp != nil {
-			ch.qp.Disconnect()
-		}
+		ch.q.Disconnect()
 		ch.cancel()
 		ch.log.Info("srp: channel closing", "initiator", ch.ipid, "reason", reason)
 	})
@@ -292,91 +197,46 @@ func (ch *channel) end(reason string) {
 	ch.endOnce.Do(func() {
 		if reason == "" {
 			reason = "connection ended"
-			if err := ch.qp.Err(); err != nil {
+			if err := ch.q.QP().Err(); err != nil {
 				reason = err.Error()
 			}
 		}
 		ch.shutdown(reason)
 		ch.port.detach(ch)
+		ch.pool.Close()
 		ch.wg.Wait()
 		ch.release()
 	})
 }
 
-// loop processes completions until the connection ends.
-func (ch *channel) loop() {
-	wcs := make([]rdma.WC, 64)
-	for {
-		n := ch.cq.Poll(wcs)
-		if n == 0 {
-			if err := ch.cq.Wait(ch.ctx); err != nil {
-				ch.shutdown("target closing")
-				return
-			}
-			continue
-		}
-		for i := range wcs[:n] {
-			wc := &wcs[i]
-			if wc.Status != rdma.StatusSuccess {
-				reason := fmt.Sprintf("%s completion: %s", wc.Op, wc.Status)
-				if err := ch.qp.Err(); err != nil {
-					reason = err.Error()
-				}
-				ch.shutdown(reason)
-				return
-			}
-			if !ch.complete(wc) {
-				return
-			}
-		}
+// run processes completions until the connection ends, then ends the
+// channel.
+func (ch *channel) run() {
+	switch err := ch.q.Run(ch.ctx); {
+	case errors.Is(err, context.Canceled):
+		ch.shutdown("target closing")
+	case err != nil:
+		ch.shutdown(err.Error())
 	}
+	ch.end("")
 }
 
-// complete handles one successful completion; false ends the loop.
-func (ch *channel) complete(wc *rdma.WC) bool {
-	if wc.Op == rdma.OpRecv {
-		return ch.onRecv(int(wc.ID), wc.ByteLen)
-	}
-	idx := int(wc.ID &^ wrKind)
-	switch wc.ID & wrKind {
-	case wrRsp:
-		ch.mu.Lock()
-		ch.freeSlot(&ch.slots[idx])
-		ch.mu.Unlock()
-	case wrRead:
-		ch.onRead(&ch.slots[idx])
-	case wrTLogout:
-		ch.shutdown("target logout sent")
-		return false
-	}
-	return true
-}
-
-// onRecv handles a received IU in receive buffer i.
-func (ch *channel) onRecv(i, n int) bool {
-	if n < 1 {
+// Recv implements rdmaq.TargetHandler: commands and task management take
+// a slot (and a credit); initiator responses and logouts do not.
+func (ch *channel) Recv(m rdmaq.Msg) error {
+	if m.Len < 1 {
 		ch.logout(srp.TLogoutInvalidIUType)
-		return true
+		return nil
 	}
-	b := ch.recvIU(i, n)
+	b := m.Head
 	switch op := srp.Opcode(b[0]); op {
 	case srp.OpCmd, srp.OpTskMgmt:
 		ch.mu.Lock()
 		ch.consumed++
-		s := ch.getSlot()
-		if s == nil {
-			ch.waiting = append(ch.waiting, waitingIU{i, n})
-			ch.mu.Unlock()
-			return true
-		}
 		ch.mu.Unlock()
-		ch.start(s, i, n)
+		return ch.q.Admit(m)
 	case srp.OpCredRsp, srp.OpAERRsp:
 		_, tag, _ := srp.ParseInitiatorRsp(b)
-		if err := ch.postRecv(&ch.rwr, ch.rsge[:], i); err != nil {
-			ch.shutdown("reposting a receive: " + err.Error())
-			return false
-		}
 		ch.mu.Lock()
 		ok := ch.treqOut && tag == ch.treqTag
 		if ok {
@@ -391,55 +251,40 @@ func (ch *channel) onRecv(i, n int) bool {
 	case srp.OpILogout:
 		ch.t.stats.ilogouts.Add(1)
 		ch.log.Info("srp: initiator logout", "initiator", ch.ipid)
-		ch.shutdown("initiator logout")
-		return false
+		return errILogout
 	default:
-		ch.log.Info("srp: invalid IU", "op", op, "bytes", n)
+		ch.log.Info("srp: invalid IU", "op", op, "bytes", m.Len)
 		ch.logout(srp.TLogoutInvalidIUType)
 	}
-	return true
+	return nil
 }
 
-// getSlot takes a free slot (mu held), or returns nil.
-func (ch *channel) getSlot() *slot {
-	k := len(ch.free)
-	if k == 0 {
-		return nil
-	}
-	s := &ch.slots[ch.free[k-1]]
-	ch.free = ch.free[:k-1]
-	return s
+// Sent implements rdmaq.TargetHandler: a response went out; the slot
+// frees.
+func (ch *channel) Sent(s *slot) {
+	ch.mu.Lock()
+	s.R.state, s.R.abort, s.R.isTMF = slotFree, abortNone, false
+	ch.mu.Unlock()
 }
 
-// freeSlot returns a slot to the free list (mu held) and starts an IU that
-// waited for one.
-func (ch *channel) freeSlot(s *slot) {
-	s.state, s.abort, s.isTMF, s.recv = slotFree, abortNone, false, -1
-	if len(ch.waiting) > 0 && !ch.dead {
-		w := ch.waiting[0]
-		ch.waiting = ch.waiting[1:]
-		// start takes mu itself: hand the slot over outside the lock.
-		// ch.dead is false under mu, so end has not begun waiting.
-		ch.wg.Add(1)
-		go func() {
-			defer ch.wg.Done()
-			ch.start(s, w.recv, w.n)
-		}()
-		return
+// CtlSent implements rdmaq.TargetHandler: SRP_T_LOGOUT went out, the
+// channel ends.
+func (ch *channel) CtlSent(i int) error {
+	if i == ctlLogout {
+		return errLogoutSent
 	}
-	ch.free = append(ch.free, s.idx)
+	return nil
 }
 
 // repost gives a slot's receive buffer back to the initiator and counts the
 // credit it frees (mu held).
 func (ch *channel) repost(s *slot) {
-	if s.recv < 0 {
+	if !s.HoldsRecv() {
 		return
 	}
-	if err := ch.postRecv(&s.rwr, s.rsge[:], s.recv); err != nil && !ch.dead {
+	if err := ch.q.Repost(s); err != nil && !ch.dead {
 		ch.log.Debug("srp: reposting a receive failed", "err", err)
 	}
-	s.recv = -1
 	ch.pending++
 }
 
@@ -465,7 +310,7 @@ func (ch *channel) maybeCredReq() {
 		return
 	}
 	ch.treqTag++
-	b := ch.treqBuf[:srp.CredReqSize]
+	b := ch.q.CtlBuf(ctlTReq)[:srp.CredReqSize]
 	srp.EncodeCredReq(b, &srp.CredReqFields{ReqLimDelta: ch.takeCredits(), Tag: ch.treqTag})
 	ch.t.stats.credReqs.Add(1)
 	ch.sendTargetReq(srp.CredReqSize)
@@ -486,16 +331,16 @@ func (ch *channel) nextTargetReq() {
 	var sense [scsi.SenseFixedLen]byte
 	scsi.EncodeFixedSense(sense[:], scsi.KeyUnitAttention, ev.asc, -1)
 	ch.t.stats.aer.Add(1)
-	n := srp.EncodeAERReq(ch.treqBuf[:treqStride], &srp.AERReqFields{ReqLimDelta: ch.takeCredits(), Tag: ch.treqTag, LUN: scsi.EncodeLUN(ev.lun)}, sense[:])
+	n := srp.EncodeAERReq(ch.q.CtlBuf(ctlTReq), &srp.AERReqFields{ReqLimDelta: ch.takeCredits(), Tag: ch.treqTag, LUN: scsi.EncodeLUN(ev.lun)}, sense[:])
 	ch.sendTargetReq(n)
 }
 
-// sendTargetReq posts the target request in treqBuf[0:n] (mu held).
+// sendTargetReq posts the target request in its control buffer's first n
+// bytes (mu held). The initiator's response (which needs the Send to have
+// arrived) frees the buffer for the next one.
 func (ch *channel) sendTargetReq(n int) {
 	ch.treqOut = true
-	sge := [1]rdma.SGE{{MR: ch.treqMR, Length: n}}
-	wr := rdma.SendWR{ID: wrTReq, Op: rdma.OpSend, SGL: sge[:]}
-	if err := ch.qp.PostSend(&wr); err != nil {
+	if err := ch.q.SendCtl(ctlTReq, n, 0); err != nil {
 		ch.log.Debug("srp: posting a target request failed", "err", err)
 	}
 }
@@ -521,14 +366,11 @@ func (ch *channel) logout(r srp.TLogoutReason) {
 	}
 	ch.loggingOut = true
 	ch.t.stats.tlogouts.Add(1)
-	b := ch.treqBuf[treqStride : treqStride+srp.TLogoutSize]
-	srp.EncodeTLogout(b, &srp.TLogoutFields{Reason: r})
-	sge := [1]rdma.SGE{{MR: ch.treqMR, Offset: treqStride, Length: srp.TLogoutSize}}
-	wr := rdma.SendWR{ID: wrTLogout, Op: rdma.OpSend, Flags: rdma.Signaled, SGL: sge[:]}
-	err := ch.qp.PostSend(&wr)
+	srp.EncodeTLogout(ch.q.CtlBuf(ctlLogout), &srp.TLogoutFields{Reason: r})
+	err := ch.q.SendCtl(ctlLogout, srp.TLogoutSize, 0)
 	ch.mu.Unlock()
 	ch.log.Info("srp: target logout", "initiator", ch.ipid, "reason", r.String())
-	if err != nil || ch.qp.State() != rdma.QPConnected {
+	if err != nil || ch.q.QP().State() != rdma.QPConnected {
 		ch.shutdown("target logout: " + r.String())
 		return
 	}

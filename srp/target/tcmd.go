@@ -6,14 +6,20 @@ import (
 
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/rdma"
+	"github.com/rdisk/rdisk/rdma/rdmaq"
 	"github.com/rdisk/rdisk/scsi"
 )
 
-// start begins the IU received in buffer i (n bytes) on slot s. It runs on
-// the loop, or on the goroutine that freed s for an IU that waited.
-func (ch *channel) start(s *slot, i, n int) {
-	b := ch.recvIU(i, n)
-	s.recv, s.n, s.abort, s.readsLeft, s.readErr, s.fetching = i, n, abortNone, 0, false, false
+// Start implements rdmaq.TargetHandler: it begins the IU m on slot s. It
+// runs on the loop, or on the goroutine that freed a slot for an IU that
+// waited.
+func (ch *channel) Start(s *slot, m rdmaq.Msg) error {
+	ch.start(s, m.Head, m.Len)
+	return nil
+}
+
+func (ch *channel) start(s *slot, b []byte, n int) {
+	s.R.n, s.R.abort, s.R.fetching = n, abortNone, false
 	if srp.Opcode(b[0]) == srp.OpTskMgmt {
 		f, err := srp.ParseTskMgmt(b)
 		if err != nil {
@@ -21,7 +27,7 @@ func (ch *channel) start(s *slot, i, n int) {
 			ch.logout(srp.TLogoutInvalidIUType)
 			return
 		}
-		s.isTMF, s.tmf, s.tag, s.solNot = true, f, f.Tag, f.SolNot
+		s.R.isTMF, s.R.tmf, s.R.tag, s.R.solNot = true, f, f.Tag, f.SolNot
 		ch.t.stats.tmfs.Add(1)
 		ch.mu.Lock()
 		if ch.dead {
@@ -29,7 +35,7 @@ func (ch *channel) start(s *slot, i, n int) {
 			return
 		}
 		ch.responders++
-		s.state = slotExecuting
+		s.R.state = slotExecuting
 		ch.wg.Add(1)
 		ch.mu.Unlock()
 		go ch.runTMF(s)
@@ -41,22 +47,22 @@ func (ch *channel) start(s *slot, i, n int) {
 		ch.logout(srp.TLogoutInvalidIUType)
 		return
 	}
-	s.isTMF, s.tag, s.solNot = false, c.Tag(), c.SolNot()
-	k := copy(s.cdb[:], c.CDB())
+	s.R.isTMF, s.R.tag, s.R.solNot = false, c.Tag(), c.SolNot()
+	k := copy(s.R.cdb[:], c.CDB())
 	lun, lerr := scsi.DecodeLUN(c.LUN())
 	if lerr != nil {
 		lun = scsi.MaxLUN + 1 // answered with LOGICAL UNIT NOT SUPPORTED
 	}
-	s.lun = lun
-	cmd := &s.cmd
-	cmd.CDB, cmd.LUN, cmd.Tag, cmd.Attr = s.cdb[:k], lun, s.tag, taskAttr(c.TaskAttr())
+	s.R.lun = lun
+	cmd := &s.R.cmd
+	cmd.CDB, cmd.LUN, cmd.Tag, cmd.Attr = s.R.cdb[:k], lun, s.R.tag, taskAttr(c.TaskAttr())
 	cmd.Dir, cmd.ExpectedLength, cmd.DataIn, cmd.DataOut = scsi.DirNone, 0, nil, nil
 	ch.mu.Lock()
 	ch.responders++
 	ch.mu.Unlock()
 
 	cfg := &ch.t.cfg
-	d, err := srp.ParseData(c, n, ch.immOff, s.descs[:0], cfg.MaxDescriptors)
+	d, err := srp.ParseData(c, n, ch.immOff, s.R.descs[:0], cfg.MaxDescriptors)
 	if err == nil && cfg.NoIndirect && d.Format == srp.DescIndirect {
 		r := srp.TLogoutUnsupportedInFmt
 		if d.Dir == scsi.DirOut {
@@ -80,7 +86,7 @@ func (ch *channel) start(s *slot, i, n int) {
 		ch.fail(s, scsi.KeyIllegalRequest, scsi.ASCInvalidFieldInCommandIU, field)
 		return
 	}
-	s.data = d
+	s.R.data = d
 	cmd.Dir, cmd.ExpectedLength = d.Dir, d.Length
 	st := &ch.t.stats
 	st.commands.Add(1)
@@ -105,7 +111,7 @@ func (ch *channel) start(s *slot, i, n int) {
 		if !ch.ensureBuf(s, int(d.Length)) {
 			return
 		}
-		cmd.DataIn = s.buf[:d.Length]
+		cmd.DataIn = s.Data()[:d.Length]
 		if d.External {
 			ch.fetchTable(s)
 			return
@@ -121,7 +127,7 @@ func (ch *channel) start(s *slot, i, n int) {
 		if !ch.ensureBuf(s, int(need)) {
 			return
 		}
-		cmd.DataOut = s.buf[:need]
+		cmd.DataOut = s.Data()[:need]
 		if d.External {
 			ch.fetchTable(s)
 			return
@@ -142,39 +148,26 @@ func taskAttr(a uint8) scsi.TaskAttr {
 	return scsi.AttrOrdered // as Linux srpt maps reserved values
 }
 
-// drop forgets a slot whose IU ends the channel (mu not held).
+// drop forgets a slot whose IU ends the channel (mu not held); its
+// receive buffer goes with the channel.
 func (ch *channel) drop(s *slot, counted bool) {
 	ch.mu.Lock()
 	if counted {
 		ch.responders--
 	}
-	s.recv = -1
-	ch.freeSlot(s)
+	s.R.state, s.R.abort, s.R.isTMF = slotFree, abortNone, false
 	ch.mu.Unlock()
+	ch.q.Free(s)
 }
 
-// ensureBuf gives the slot a registered data buffer of at least n bytes,
-// growing it in powers of two; on failure it fails the command.
+// ensureBuf gives the slot a registered data buffer of at least n bytes;
+// on failure it fails the command.
 func (ch *channel) ensureBuf(s *slot, n int) bool {
-	if cap(s.buf) >= n && s.bufMR != nil {
-		s.buf = s.buf[:cap(s.buf)]
-		return true
-	}
-	size := 4096
-	for size < n {
-		size <<= 1
-	}
-	buf := backstore.AlignedBuffer(size, 4096)
-	mr, err := ch.pd.RegisterMemory(buf, rdma.AccessLocalWrite)
-	if err != nil {
-		ch.log.Warn("srp: registering a data buffer failed", "bytes", size, "err", err)
+	if _, err := s.EnsureData(n); err != nil {
+		ch.log.Warn("srp: registering a data buffer failed", "bytes", n, "err", err)
 		ch.fail(s, scsi.KeyHardwareError, scsi.ASCInternalTargetFailure, -1)
 		return false
 	}
-	if s.bufMR != nil {
-		s.bufMR.Deregister()
-	}
-	s.buf, s.bufMR = buf, mr
 	return true
 }
 
@@ -185,33 +178,32 @@ func (ch *channel) fetchTable(s *slot) {
 		ch.fail(s, scsi.KeyIllegalRequest, scsi.ASCInvalidFieldInCommandIU, srp.CmdSize)
 		return
 	}
-	if s.tableMR == nil {
-		s.table = make([]byte, cfg.MaxDescriptors*srp.DirectDescSize)
-		mr, err := ch.pd.RegisterMemory(s.table, rdma.AccessLocalWrite)
+	if s.R.tableMR == nil {
+		s.R.table = make([]byte, cfg.MaxDescriptors*srp.DirectDescSize)
+		mr, err := ch.q.PD().RegisterMemory(s.R.table, rdma.AccessLocalWrite)
 		if err != nil {
-			s.table = nil
+			s.R.table = nil
 			ch.fail(s, scsi.KeyHardwareError, scsi.ASCInternalTargetFailure, -1)
 			return
 		}
-		s.tableMR = mr
+		s.R.tableMR = mr
 	}
-	t := s.data.Table
+	t := s.R.data.Table
 	ch.mu.Lock()
-	s.state, s.fetching, s.readsLeft = slotReading, true, 1
+	s.R.state, s.R.fetching = slotReading, true
 	ch.mu.Unlock()
-	s.sge[0] = rdma.SGE{MR: s.tableMR, Length: int(t.Len)}
-	s.wr = rdma.SendWR{ID: wrRead | uint64(s.idx), Op: rdma.OpRDMARead, Flags: rdma.Signaled, SGL: s.sge[:], RemoteAddr: t.VA, RemoteKey: t.Key}
-	if err := ch.qp.PostSend(&s.wr); err != nil {
-		ch.shutdown("posting an RDMA Read: " + err.Error())
+	ch.q.Fetch(s, 1)
+	if err := ch.q.ReadSGE(s, rdma.SGE{MR: s.R.tableMR, Length: int(t.Len)}, t.VA, t.Key); err != nil {
+		ch.shutdown(err.Error())
 	}
 }
 
 // readData pulls the data-out bytes with RDMA Reads, one per descriptor.
 func (ch *channel) readData(s *slot) {
-	total := len(s.cmd.DataOut)
+	total := len(s.R.cmd.DataOut)
 	reads := 0
-	for rem, i := total, 0; rem > 0 && i < len(s.data.Descs); i++ {
-		rem -= min(rem, int(s.data.Descs[i].Len))
+	for rem, i := total, 0; rem > 0 && i < len(s.R.data.Descs); i++ {
+		rem -= min(rem, int(s.R.data.Descs[i].Len))
 		reads++
 	}
 	if reads == 0 {
@@ -219,36 +211,37 @@ func (ch *channel) readData(s *slot) {
 		return
 	}
 	ch.mu.Lock()
-	s.state, s.fetching, s.readsLeft = slotReading, false, reads
+	s.R.state, s.R.fetching = slotReading, false
 	ch.mu.Unlock()
+	ch.q.Fetch(s, reads)
 	off := 0
-	for _, d := range s.data.Descs {
+	for _, d := range s.R.data.Descs {
 		if off == total {
 			break
 		}
 		n := min(total-off, int(d.Len))
-		s.sge[0] = rdma.SGE{MR: s.bufMR, Offset: off, Length: n}
-		s.wr = rdma.SendWR{ID: wrRead | uint64(s.idx), Op: rdma.OpRDMARead, Flags: rdma.Signaled, SGL: s.sge[:], RemoteAddr: d.VA, RemoteKey: d.Key}
-		if err := ch.qp.PostSend(&s.wr); err != nil {
-			ch.shutdown("posting an RDMA Read: " + err.Error())
+		if err := ch.q.ReadSGE(s, rdma.SGE{MR: s.DataMR(), Offset: off, Length: n}, d.VA, d.Key); err != nil {
+			ch.shutdown(err.Error())
 			return
 		}
 		off += n
 	}
 }
 
-// onRead handles an RDMA Read completion (on the loop).
+// Fetched implements rdmaq.TargetHandler: the RDMA Reads of the table or
+// of the data-out completed.
+func (ch *channel) Fetched(s *slot) error {
+	ch.onRead(s)
+	return nil
+}
+
 func (ch *channel) onRead(s *slot) {
-	s.readsLeft--
-	if s.readsLeft > 0 {
-		return
-	}
-	if !s.fetching {
+	if !s.R.fetching {
 		ch.dispatch(s)
 		return
 	}
-	s.fetching = false
-	if err := srp.ParseTable(&s.data, s.table); err != nil {
+	s.R.fetching = false
+	if err := srp.ParseTable(&s.R.data, s.R.table); err != nil {
 		var fe *srp.FormatError
 		field := srp.CmdSize
 		if errors.As(err, &fe) {
@@ -257,7 +250,7 @@ func (ch *channel) onRead(s *slot) {
 		ch.fail(s, scsi.KeyIllegalRequest, scsi.ASCInvalidFieldInCommandIU, field)
 		return
 	}
-	if s.cmd.Dir == scsi.DirOut {
+	if s.R.cmd.Dir == scsi.DirOut {
 		ch.readData(s)
 		return
 	}
@@ -269,11 +262,8 @@ func (ch *channel) onRead(s *slot) {
 func (ch *channel) dispatch(s *slot) {
 	inline := false
 	if !ch.t.cfg.NoInline {
-		if lu := ch.port.st.LU(s.lun); lu != nil {
-			switch lu.Disk().(type) {
-			case *backstore.Mem, *backstore.Null:
-				inline = true
-			}
+		if lu := ch.port.st.LU(s.R.lun); lu != nil {
+			inline = backstore.TraitsOf(lu.Disk()).Waits == backstore.WaitsNever
 		}
 	}
 	ch.mu.Lock()
@@ -281,9 +271,9 @@ func (ch *channel) dispatch(s *slot) {
 		ch.mu.Unlock()
 		return
 	}
-	s.state = slotQueued
+	s.R.state = slotQueued
 	if !inline {
-		ch.work <- s.idx // never blocks: room for every slot
+		ch.pool.Submit(s) // never blocks: room for every slot
 	}
 	ch.mu.Unlock()
 	if inline {
@@ -291,20 +281,13 @@ func (ch *channel) dispatch(s *slot) {
 	}
 }
 
-// worker runs commands until the channel ends.
-func (ch *channel) worker() {
-	defer ch.wg.Done()
-	for idx := range ch.work {
-		ch.exec(&ch.slots[idx])
-	}
-}
-
+// exec runs a command (on a worker, or inline for disks that never wait).
 func (ch *channel) exec(s *slot) {
 	ch.mu.Lock()
-	ab := s.abort
-	s.state = slotExecuting
+	ab := s.R.abort
+	s.R.state = slotExecuting
 	ch.mu.Unlock()
-	c := &s.cmd
+	c := &s.R.cmd
 	switch ab {
 	case abortSilent:
 		ch.silent(s)
@@ -326,19 +309,20 @@ func (ch *channel) exec(s *slot) {
 // goes back with the next response or an SRP_CRED_REQ.
 func (ch *channel) silent(s *slot) {
 	ch.mu.Lock()
-	defer ch.mu.Unlock()
 	ch.repost(s)
 	ch.responders--
-	ch.freeSlot(s)
+	s.R.state, s.R.abort, s.R.isTMF = slotFree, abortNone, false
 	ch.maybeCredReq()
+	ch.mu.Unlock()
+	ch.q.Free(s)
 }
 
 // fail completes a command with CHECK CONDITION without executing it.
 // field is the IU byte of the sense-key-specific field pointer, or -1.
 func (ch *channel) fail(s *slot, key scsi.SenseKey, asc scsi.ASC, field int) {
-	c := &s.cmd
+	c := &s.R.cmd
 	c.Status = scsi.StatusCheckCondition
-	c.SenseLen = scsi.EncodeFixedSense(s.sense[:], key, asc, field)
+	c.SenseLen = scsi.EncodeFixedSense(s.R.sense[:], key, asc, field)
 	c.DataInLen, c.ResidualKind, c.Residual = 0, scsi.ResidualNone, 0
 	if c.ExpectedLength > 0 {
 		c.ResidualKind, c.Residual = scsi.ResidualUnderflow, c.ExpectedLength
@@ -350,24 +334,22 @@ func (ch *channel) fail(s *slot, key scsi.SenseKey, asc scsi.ASC, field int) {
 // receive buffer goes back to the initiator first, as Linux srpt and nvmet
 // do, so the credit the response returns is always backed by a buffer.
 func (ch *channel) respond(s *slot) {
-	c := &s.cmd
+	c := &s.R.cmd
 	if c.Dir == scsi.DirIn && c.DataInLen > 0 {
 		off := 0
-		for _, d := range s.data.Descs {
+		for _, d := range s.R.data.Descs {
 			if off == c.DataInLen {
 				break
 			}
 			n := min(c.DataInLen-off, int(d.Len))
-			s.sge[0] = rdma.SGE{MR: s.bufMR, Offset: off, Length: n}
-			s.wr = rdma.SendWR{ID: wrWrite | uint64(s.idx), Op: rdma.OpRDMAWrite, SGL: s.sge[:], RemoteAddr: d.VA, RemoteKey: d.Key}
-			if err := ch.qp.PostSend(&s.wr); err != nil {
-				ch.shutdown("posting an RDMA Write: " + err.Error())
+			if err := ch.q.Write(s, off, n, d.VA, d.Key); err != nil {
+				ch.shutdown(err.Error())
 				break
 			}
 			off += n
 		}
 	}
-	f := srp.RspFields{Tag: s.tag, Status: uint8(c.Status)}
+	f := srp.RspFields{Tag: s.R.tag, Status: uint8(c.Status)}
 	if k := c.ResidualKind; k != scsi.ResidualNone {
 		switch c.Dir {
 		case scsi.DirIn:
@@ -385,33 +367,31 @@ func (ch *channel) respond(s *slot) {
 		}
 	}
 	good := c.Status == scsi.StatusGood || c.Status == scsi.StatusConditionMet
-	sense := s.sense[:min(c.SenseLen, ch.tiLen-srp.RspSize)]
+	sense := s.R.sense[:min(c.SenseLen, ch.tiLen-srp.RspSize)]
 	ch.sendRsp(s, &f, nil, sense, good)
 }
 
 // sendRsp posts a response IU for slot s, returning the slot's credit and
 // any pending ones.
 func (ch *channel) sendRsp(s *slot, f *srp.RspFields, respData, sense []byte, good bool) {
-	var flags rdma.WRFlags = rdma.Signaled
-	if (good && s.solNot&srp.SolNotSuccessful != 0) || (!good && s.solNot&srp.SolNotFailed != 0) {
+	var flags rdma.WRFlags
+	if (good && s.R.solNot&srp.SolNotSuccessful != 0) || (!good && s.R.solNot&srp.SolNotFailed != 0) {
 		f.SolNot = srp.SolNotSolicited
-		flags |= rdma.Solicited
+		flags = rdma.Solicited
 	}
 	ch.mu.Lock()
 	ch.repost(s)
 	ch.responders--
 	f.ReqLimDelta = ch.takeCredits()
-	s.state = slotResponding
+	s.R.state = slotResponding
 	dead := ch.dead
 	ch.mu.Unlock()
-	n := srp.EncodeRsp(s.rsp, f, respData, sense)
-	s.sge[0] = rdma.SGE{MR: ch.rspMR, Offset: s.idx * ch.rspStride, Length: n}
-	s.wr = rdma.SendWR{ID: wrRsp | uint64(s.idx), Op: rdma.OpSend, Flags: flags, SGL: s.sge[:]}
+	n := srp.EncodeRsp(s.Resp(), f, respData, sense)
 	if dead {
 		return
 	}
-	if err := ch.qp.PostSend(&s.wr); err != nil {
-		ch.shutdown("posting a response: " + err.Error())
+	if err := ch.q.Respond(s, n, 0, flags); err != nil {
+		ch.shutdown(err.Error())
 	}
 }
 
@@ -419,9 +399,9 @@ func (ch *channel) sendRsp(s *slot, f *srp.RspFields, respData, sense []byte, go
 // core waits there for the aborted commands, which run on the workers.
 func (ch *channel) runTMF(s *slot) {
 	defer ch.wg.Done()
-	code := ch.taskManagement(&s.tmf)
+	code := ch.taskManagement(&s.R.tmf)
 	good := code == srp.TMComplete || code == srp.TMSucceeded
-	ch.sendRsp(s, &srp.RspFields{Tag: s.tag}, []byte{0, 0, 0, byte(code)}, nil, good)
+	ch.sendRsp(s, &srp.RspFields{Tag: s.R.tag}, []byte{0, 0, 0, byte(code)}, nil, good)
 }
 
 func (ch *channel) taskManagement(f *srp.TskMgmtFields) srp.TMRespCode {
@@ -479,18 +459,18 @@ func (p *Port) dropQueued(nx *nexus, fn scsi.TMF, lun, tag uint64) int {
 		}
 		for _, c := range x.channels {
 			c.mu.Lock()
-			for i := range c.slots {
-				s := &c.slots[i]
-				if s.state != slotReading && s.state != slotQueued {
+			for i := range c.q.Slots() {
+				s := c.q.Slot(i)
+				if s.R.state != slotReading && s.R.state != slotQueued {
 					continue
 				}
-				if s.isTMF || s.lun != lun || (fn == scsi.TMFAbortTask && s.tag != tag) {
+				if s.R.isTMF || s.R.lun != lun || (fn == scsi.TMFAbortTask && s.R.tag != tag) {
 					continue
 				}
 				if fn == scsi.TMFClearACA {
 					continue
 				}
-				s.abort = mark
+				s.R.abort = mark
 				n++
 			}
 			c.mu.Unlock()
