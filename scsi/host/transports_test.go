@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -433,6 +434,68 @@ func TestTransportsAgree(t *testing.T) {
 				if a, b := strings.Join(results[transports[0].name], "\n"), strings.Join(results[tr.name], "\n"); a != b && a != "" && b != "" {
 					t.Errorf("outcomes differ:\n%s:\n%s\n%s:\n%s", transports[0].name, a, tr.name, b)
 				}
+			}
+		})
+	}
+}
+
+// TestSteadyStateAllocs checks that every kind of request, once buffers
+// and slots are warm, allocates nothing on the initiator (the target's
+// allocations count too: it allocates nothing either).
+func TestSteadyStateAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			o := tr.open(t, thin(64<<20, 512)(t), scsi.LUConfig{MaxWriteSameBlocks: 0xffff})
+			d := o.dev
+			const inflight = 8
+			c := make(chan *blockdev.Request, inflight)
+			reqs := make([]blockdev.Request, inflight)
+			for i := range reqs {
+				b, err := d.AllocBuffer(8192)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Release()
+				reqs[i] = blockdev.Request{Buf: b, Length: 8192, C: c}
+			}
+			ops := [...]blockdev.Op{blockdev.OpWrite, blockdev.OpRead, blockdev.OpFlush, blockdev.OpWriteZeroes, blockdev.OpDiscard}
+			run := func(n int) {
+				for i := range reqs {
+					r := &reqs[i]
+					r.Op, r.Flags, r.Offset = blockdev.OpWrite, blockdev.FUA, int64(i)*8192
+					if err := d.Submit(r); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for i := 0; i < n; i++ {
+					r := <-c
+					if r.Err != nil {
+						t.Fatalf("%v: %v", r.Op, r.Err)
+					}
+					r.Op = ops[i%len(ops)]
+					r.Offset = int64(i%1000) * 8192
+					if err := d.Submit(r); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for range reqs {
+					<-c
+				}
+			}
+			run(2000) // warm up: buffers, chunks, goroutine stacks
+			var a, b runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&a)
+			const n = 5000
+			run(n)
+			runtime.ReadMemStats(&b)
+			per := float64(b.Mallocs-a.Mallocs) / n
+			t.Logf("%.3f allocations per request (initiator and target)", per)
+			if per > 0.5 {
+				t.Errorf("%.3f allocations per request in the steady state", per)
 			}
 		})
 	}
