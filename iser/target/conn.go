@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdisk/rdisk/internal/workers"
 	"github.com/rdisk/rdisk/iser"
 	"github.com/rdisk/rdisk/scsi"
 )
@@ -86,6 +87,9 @@ type ctl struct {
 
 // transport is what differs between iSCSI/TCP and iSER.
 type transport interface {
+	// buffer returns a data buffer of at least n bytes for t (the iSER
+	// transport's are registered), replacing the one it had.
+	buffer(t *task, n int) ([]byte, error)
 	// fetch starts collecting the data-out a task still needs; when it is
 	// all in, the transport calls conn.dataReady.
 	fetch(t *task)
@@ -126,13 +130,12 @@ type conn struct {
 	win      iser.CmdWindow
 	closing  bool
 
-	work      chan *task
-	inlineQ   []*task // tasks the receive loop runs itself (non-blocking disks)
-	workersWG sync.WaitGroup
-	text      iser.TextResponder
-	dropOnce  sync.Once
-	done      chan struct{} // closed when the connection has ended
-	tmfWG     sync.WaitGroup
+	pool     *workers.Pool[*task] // runs commands on disks that may block
+	inlineQ  []*task              // tasks the receive loop runs itself (disks that never block)
+	text     iser.TextResponder
+	dropOnce sync.Once
+	done     chan struct{} // closed when the connection has ended
+	tmfWG    sync.WaitGroup
 }
 
 // extraSlots are slots beyond the command window for immediate commands.
@@ -152,7 +155,8 @@ func newConn(t *Target, ls iser.Session, x transport, log *slog.Logger) *conn {
 	n := taskSlots(int(t.cfg.QueueDepth))
 	c := &conn{t: t, params: ls.Params, log: log, x: x, maxXfr: t.cfg.MaxTransfer,
 		tasks: make([]task, n), free: make([]*task, 0, n), byITT: make(map[uint32]*task, n),
-		held: map[uint32]*task{}, win: ls.CmdWindow, work: make(chan *task, n), done: make(chan struct{})}
+		held: map[uint32]*task{}, win: ls.CmdWindow, done: make(chan struct{})}
+	c.pool = workers.New(t.cfg.Workers, n, c.runQueued, nil)
 	c.slotFree.L = &c.mu
 	for i := range c.tasks {
 		tk := &c.tasks[i]
@@ -166,17 +170,6 @@ func newConn(t *Target, ls iser.Session, x transport, log *slog.Logger) *conn {
 		MaxSendDataSegmentLength: int(ls.Params.MaxSendDataSegmentLength),
 	}
 	return c
-}
-
-// start launches the workers.
-func (c *conn) start() {
-	if c.sess.scsi == nil {
-		return
-	}
-	for range c.t.cfg.Workers {
-		c.workersWG.Add(1)
-		go c.worker()
-	}
 }
 
 // stop ends the full feature phase after the connection closed: pending
@@ -201,8 +194,7 @@ func (c *conn) stop() {
 		// Abort what is still running so workers return promptly.
 		c.sess.scsi.Close()
 	}
-	close(c.work)
-	c.workersWG.Wait()
+	c.pool.Close()
 	c.tmfWG.Wait()
 	if c.sess != nil {
 		c.sess.close()
@@ -348,7 +340,12 @@ func (c *conn) onCommand(p iser.PDU, x *xferInfo) {
 	copy(tk.cdb[:], cmd.CDB())
 	cdbLen := 16
 	tk.expLen = cmd.ExpectedDataTransferLength()
-	c.prepare(tk, cmd, cdbLen, len(ahs.ExtendedCDB) > 0)
+	if err := c.prepare(tk, cmd, cdbLen, len(ahs.ExtendedCDB) > 0); err != nil {
+		c.log.Warn("iscsi: no data buffer for a command", "bytes", tk.expLen, "err", err)
+		c.release(tk)
+		c.drop("out of data buffers")
+		return
+	}
 	if x != nil {
 		tk.rsv, tk.wsv, tk.rstag, tk.wstag, tk.rva, tk.wva = x.rsv, x.wsv, x.rstag, x.wstag, x.rva, x.wva
 	}
@@ -389,8 +386,9 @@ func (c *conn) onCommand(p iser.PDU, x *xferInfo) {
 	c.mu.Unlock()
 }
 
-// prepare fills the scsi.Command of a new task.
-func (c *conn) prepare(tk *task, cmd iser.SCSICommand, cdbLen int, extCDB bool) {
+// prepare fills the scsi.Command of a new task and gives it a data buffer
+// large enough for its transfer.
+func (c *conn) prepare(tk *task, cmd iser.SCSICommand, cdbLen int, extCDB bool) error {
 	sc := &tk.cmd
 	sc.CDB = tk.cdb[:cdbLen]
 	sc.LUN = tk.lun
@@ -424,23 +422,17 @@ func (c *conn) prepare(tk *task, cmd iser.SCSICommand, cdbLen int, extCDB bool) 
 		want = 0
 	}
 	if cap(tk.buf) < want {
-		tk.buf = c.allocBuf(tk, want)
+		b, err := c.x.buffer(tk, want)
+		if err != nil {
+			return err
+		}
+		tk.buf = b
 	}
 	tk.buf = tk.buf[:cap(tk.buf)]
 	if sc.Dir == scsi.DirIn {
 		sc.DataIn = tk.buf[:want]
 	}
-}
-
-// allocBuf returns a data buffer of at least n bytes for tk: plain memory
-// here; the iSER transport registers it (see iserConn.ensureMR).
-func (c *conn) allocBuf(tk *task, n int) []byte {
-	size := 4096
-	for size < n {
-		size *= 2
-	}
-	size = min(size, c.maxXfr)
-	return make([]byte, size)
+	return nil
 }
 
 // startLocked moves a task whose CmdSN was reached on: collect data-out,
@@ -462,7 +454,7 @@ func (c *conn) queueLocked(tk *task) {
 		c.inlineQ = append(c.inlineQ, tk)
 		return
 	}
-	c.work <- tk // never blocks: the channel holds every slot
+	c.pool.Submit(tk) // never blocks: the pool holds every slot
 }
 
 // runInline runs the tasks queued for the receive loop: commands on disks
@@ -540,13 +532,8 @@ func (c *conn) releaseHeldLocked() {
 	}
 }
 
-// worker runs queued tasks.
-func (c *conn) worker() {
-	defer c.workersWG.Done()
-	for tk := range c.work {
-		c.run(tk, false)
-	}
-}
+// runQueued runs a task on a worker.
+func (c *conn) runQueued(tk *task) { c.run(tk, false) }
 
 // run executes a queued task and sends its response.
 func (c *conn) run(tk *task, inline bool) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rdisk/rdisk/backstore"
+	"github.com/rdisk/rdisk/internal/workers"
 	"github.com/rdisk/rdisk/iser"
 	"github.com/rdisk/rdisk/rdma"
 	"github.com/rdisk/rdisk/scsi"
@@ -25,7 +26,6 @@ const (
 	DefaultPort           = 3260
 	DefaultQueueDepth     = 128
 	DefaultMaxTransfer    = 1 << 20
-	DefaultWorkers        = 4
 	DefaultPortalGroupTag = 1
 	// DefaultLoginTimeout bounds a connection's login phase (and the wait
 	// for its first bytes).
@@ -65,7 +65,7 @@ type Config struct {
 	// LENGTH of the block limits VPD page unless the LU config sets one.
 	MaxTransfer int
 	// Workers is the number of goroutines per connection that run
-	// commands (backstore I/O may block); default DefaultWorkers.
+	// commands (backstore I/O may block); default workers.Default.
 	Workers int
 	// PortalGroupTag is the TPGT reported in logins and SendTargets;
 	// default 1.
@@ -171,7 +171,7 @@ func New(cfg Config) (*Target, error) {
 		return nil, fmt.Errorf("iscsi target: max transfer %d outside 4 KiB..16 MiB", cfg.MaxTransfer)
 	}
 	if cfg.Workers == 0 {
-		cfg.Workers = DefaultWorkers
+		cfg.Workers = workers.Default
 	}
 	if cfg.Workers < 1 || cfg.Workers > 256 {
 		return nil, fmt.Errorf("iscsi target: %d workers outside 1..256", cfg.Workers)
@@ -216,8 +216,7 @@ func New(cfg Config) (*Target, error) {
 			if err := n.scsi.Map(l.LUN, lu); err != nil {
 				return nil, fmt.Errorf("iscsi target %s LUN %d: %w", tc.Name, l.LUN, err)
 			}
-			switch l.Disk.(type) {
-			case *backstore.Mem, *backstore.Null:
+			if backstore.TraitsOf(l.Disk).Waits == backstore.WaitsNever {
 				n.inline[l.LUN] = !cfg.NoInline
 			}
 		}

@@ -59,6 +59,16 @@ type txItem struct {
 	p *ctl
 }
 
+// buffer implements transport: plain memory, in powers of two from 4 KiB
+// up to the largest transfer.
+func (x *tcpConn) buffer(tk *task, n int) ([]byte, error) {
+	size := 4096
+	for size < n {
+		size *= 2
+	}
+	return make([]byte, min(size, x.c.maxXfr)), nil
+}
+
 // serveTCP runs an iSCSI/TCP connection: login, then full feature phase.
 func (t *Target) serveTCP(nc net.Conn, br *bufio.Reader) {
 	log := t.log.With("peer", nc.RemoteAddr().String(), "transport", "tcp")
@@ -119,7 +129,6 @@ func (t *Target) serveTCP(nc net.Conn, br *bufio.Reader) {
 	log.Info("iscsi: session started", "type", ls.Params.SessionType, "target", ls.Params.TargetName,
 		"digests", fmt.Sprintf("%v/%v", ls.Params.HeaderDigest, ls.Params.DataDigest))
 	go tc.sender()
-	c.start()
 	err = tc.recvLoop()
 	tc.shut()
 	<-tc.sent
