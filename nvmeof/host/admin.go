@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/nvmeof"
+	"github.com/rdisk/rdisk/rdma"
 )
 
 // PropertyGet reads a controller property (nvmeof.PropCAP and friends).
@@ -28,7 +30,7 @@ func (c *Controller) PropertySet(ctx context.Context, off uint32, v uint64) erro
 
 // identify runs an Identify command into a 4096-byte buffer.
 func (c *Controller) identify(ctx context.Context, name string, cns uint8, nsid uint32, csi uint8) ([]byte, error) {
-	b := alignedBuffer(nvmeof.IdentifySize)
+	b := backstore.AlignedBuffer(nvmeof.IdentifySize, 4096)
 	_, err := c.admin.exec(ctx, name, b, nvmeof.DirCtrlToHost, func(sqe nvmeof.SQE, dptr nvmeof.SGLFields) {
 		sqe.Identify().Encode(&nvmeof.IdentifyFields{NSID: nsid, DPTR: dptr, CNS: cns, CSI: csi})
 	})
@@ -156,7 +158,7 @@ func (c *Controller) GetLogPage(ctx context.Context, lid uint8, nsid uint32, lpo
 // SMARTLog reads the SMART / Health Information log page, for the whole
 // controller (nsid nvmeof.NSIDAll) or one namespace.
 func (c *Controller) SMARTLog(ctx context.Context, nsid uint32) (nvmeof.SMARTLog, error) {
-	b := alignedBuffer(nvmeof.SMARTLogSize)
+	b := backstore.AlignedBuffer(nvmeof.SMARTLogSize, 4096)
 	if err := c.GetLogPage(ctx, nvmeof.LogSMART, nsid, 0, b, false); err != nil {
 		return nvmeof.SMARTLog{}, err
 	}
@@ -167,7 +169,7 @@ func (c *Controller) SMARTLog(ctx context.Context, nsid uint32) (nvmeof.SMARTLog
 // newest first, without the empty ones.
 func (c *Controller) ErrorLog(ctx context.Context) ([]nvmeof.ErrorLogEntry, error) {
 	n := int(c.id.ELPE) + 1
-	b := alignedBuffer(n * nvmeof.ErrorLogEntrySize)
+	b := backstore.AlignedBuffer(n*nvmeof.ErrorLogEntrySize, 4096)
 	if err := c.GetLogPage(ctx, nvmeof.LogError, nvmeof.NSIDAll, 0, b, false); err != nil {
 		return nil, err
 	}
@@ -186,7 +188,7 @@ func (c *Controller) ErrorLog(ctx context.Context) ([]nvmeof.ErrorLogEntry, erro
 
 // ChangedNamespaces reads (and so clears) the Changed Namespace List log.
 func (c *Controller) ChangedNamespaces(ctx context.Context) (nsids []uint32, all bool, err error) {
-	b := alignedBuffer(nvmeof.ChangedNSListSize)
+	b := backstore.AlignedBuffer(nvmeof.ChangedNSListSize, 4096)
 	if err := c.GetLogPage(ctx, nvmeof.LogChangedNS, nvmeof.NSIDAll, 0, b, false); err != nil {
 		return nil, false, err
 	}
@@ -220,7 +222,7 @@ const discoveryTries = 10
 // readDiscoveryLog implements DiscoveryLog over read, which fills b with
 // the first len(b) bytes of the log page.
 func readDiscoveryLog(read func(b []byte) error) (*DiscoveryLog, error) {
-	hdr := alignedBuffer(nvmeof.DiscoveryLogHeaderSize)
+	hdr := backstore.AlignedBuffer(nvmeof.DiscoveryLogHeaderSize, 4096)
 	for try := 0; try < discoveryTries; try++ {
 		if err := read(hdr); err != nil {
 			return nil, err
@@ -238,7 +240,7 @@ func readDiscoveryLog(read func(b []byte) error) (*DiscoveryLog, error) {
 		if h.NumRec == 0 {
 			return &DiscoveryLog{GenCtr: h.GenCtr}, nil
 		}
-		full := alignedBuffer(nvmeof.DiscoveryLogSize(int(h.NumRec)))
+		full := backstore.AlignedBuffer(nvmeof.DiscoveryLogSize(int(h.NumRec)), 4096)
 		if err := read(full); err != nil {
 			return nil, err
 		}
@@ -261,10 +263,9 @@ func readDiscoveryLog(read func(b []byte) error) (*DiscoveryLog, error) {
 func (c *Controller) postAER() error {
 	q := c.admin
 	s := q.aer
-	s.sqe.Encode(&nvmeof.SQEFields{Opcode: nvmeof.AdminAsyncEvent, Flags: nvmeof.FlagSGLMetaBuf, CID: s.cid, DPTR: nullSGL})
-	s.kind, s.name = kindAER, "asynchronous event request"
-	s.wr.SGL = s.sge[:1]
-	if err := q.post(s); err != nil {
+	s.S.sqe.Encode(&nvmeof.SQEFields{Opcode: nvmeof.AdminAsyncEvent, Flags: nvmeof.FlagSGLMetaBuf, CID: s.S.cid, DPTR: nullSGL})
+	s.S.kind, s.S.name = kindAER, "asynchronous event request"
+	if err := q.post(s, nvmeof.SQESize, rdma.SGE{}); err != nil {
 		return fmt.Errorf("posting the asynchronous event request: %w", err)
 	}
 	return nil

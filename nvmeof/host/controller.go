@@ -449,7 +449,7 @@ func (c *Controller) watchdog() {
 		now := time.Now().UnixNano()
 		for _, q := range c.io {
 			if s := q.overdue(now, c.cfg.IOTimeout); s != nil {
-				c.fail(fmt.Errorf("command %d on queue %d got no completion in %v: %w", s.cid, q.qid, c.cfg.IOTimeout, ErrTimeout))
+				c.fail(fmt.Errorf("command %d on queue %d got no completion in %v: %w", s.S.cid, q.qid, c.cfg.IOTimeout, ErrTimeout))
 				return
 			}
 		}

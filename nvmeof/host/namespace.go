@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
+	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/nvmeof"
 	"github.com/rdisk/rdisk/rdma"
@@ -181,7 +181,7 @@ func (c *Controller) AllocBuffer(size int) (blockdev.Buffer, error) {
 	if c.Err() != nil {
 		return nil, blockdev.ErrClosed
 	}
-	b := alignedBuffer(size)
+	b := backstore.AlignedBuffer(size, 4096)
 	mr, err := c.pd.RegisterMemory(b, rdma.AccessLocalWrite)
 	if err != nil {
 		return nil, fmt.Errorf("registering %d bytes: %w", size, err)
@@ -235,75 +235,62 @@ func (ns *Namespace) Submit(r *blockdev.Request) error {
 	}
 	slba := uint64(r.Offset) >> ns.shift
 	nlb := uint16((r.Length >> ns.shift) - 1)
-	s.kind, s.req = kindIO, r
-	s.wr.SGL = s.sge[:1]
+	x := &s.S
+	x.kind, x.req = kindIO, r
+	capsule := nvmeof.SQESize
+	var data rdma.SGE
 	switch r.Op {
 	case blockdev.OpRead, blockdev.OpWrite:
-		f := nvmeof.RWFields{Opcode: nvmeof.IORead, CID: s.cid, NSID: ns.nsid, SLBA: slba, NLB: nlb}
+		f := nvmeof.RWFields{Opcode: nvmeof.IORead, CID: x.cid, NSID: ns.nsid, SLBA: slba, NLB: nlb}
 		access := rdma.AccessLocalWrite | rdma.AccessRemoteWrite
-		s.name = "read"
+		x.name = "read"
 		if r.Op == blockdev.OpWrite {
-			f.Opcode, s.name, access = nvmeof.IOWrite, "write", rdma.AccessRemoteRead
+			f.Opcode, x.name, access = nvmeof.IOWrite, "write", rdma.AccessRemoteRead
 			if r.Flags&blockdev.FUA != 0 {
 				f.Control = nvmeof.ControlFUA
 			}
 		}
 		if r.Op == blockdev.OpWrite && r.Length <= q.inCapsule {
 			f.DPTR = nvmeof.SGLFields{Identifier: nvmeof.SGLInCapsule, Address: 0, Length: uint32(r.Length)}
-			s.sge[1] = rdma.SGE{MR: buf.mr, Offset: r.BufOff, Length: r.Length}
-			s.wr.SGL = s.sge[:2]
+			data = rdma.SGE{MR: buf.mr, Offset: r.BufOff, Length: r.Length}
 		} else {
-			rkey, va, err := s.fmr.Map(buf.mr, r.BufOff, r.Length, access)
+			rkey, va, err := q.hq.Map(s, buf.mr, r.BufOff, r.Length, access)
 			if err != nil {
 				q.putFree(s)
-				return fmt.Errorf("nvme %s: mapping the buffer: %w", s.name, err)
+				return fmt.Errorf("nvme %s: mapping the buffer: %w", x.name, err)
 			}
-			s.rkey, s.mapped = rkey, true
 			f.DPTR = nvmeof.SGLFields{Identifier: nvmeof.SGLKeyedInvalidate, Address: va, Length: uint32(r.Length), Key: rkey}
 		}
-		s.sqe.RW().Encode(&f)
+		x.sqe.RW().Encode(&f)
 	case blockdev.OpFlush:
-		s.name = "flush"
-		s.sqe.Encode(&nvmeof.SQEFields{Opcode: nvmeof.IOFlush, Flags: nvmeof.FlagSGLMetaBuf, CID: s.cid, NSID: ns.nsid, DPTR: nullSGL})
+		x.name = "flush"
+		x.sqe.Encode(&nvmeof.SQEFields{Opcode: nvmeof.IOFlush, Flags: nvmeof.FlagSGLMetaBuf, CID: x.cid, NSID: ns.nsid, DPTR: nullSGL})
 	case blockdev.OpWriteZeroes:
-		s.name = "write zeroes"
-		s.sqe.RW().Encode(&nvmeof.RWFields{Opcode: nvmeof.IOWriteZeroes, CID: s.cid, NSID: ns.nsid, SLBA: slba, NLB: nlb, DPTR: nullSGL})
+		x.name = "write zeroes"
+		x.sqe.RW().Encode(&nvmeof.RWFields{Opcode: nvmeof.IOWriteZeroes, CID: x.cid, NSID: ns.nsid, SLBA: slba, NLB: nlb, DPTR: nullSGL})
 	case blockdev.OpDiscard:
-		s.name = "dataset management"
-		rng := s.extra[:nvmeof.DSMRangeSize]
+		x.name = "dataset management"
+		rng := x.extra[:nvmeof.DSMRangeSize]
 		nvmeof.DSMRange(rng).Encode(&nvmeof.DSMRangeFields{Length: uint32(r.Length >> ns.shift), SLBA: slba})
-		f := nvmeof.DSMFields{CID: s.cid, NSID: ns.nsid, NR: 0, Attributes: nvmeof.DSMDeallocate}
-		off := int(s.cid)*capStride + nvmeof.SQESize
+		f := nvmeof.DSMFields{CID: x.cid, NSID: ns.nsid, NR: 0, Attributes: nvmeof.DSMDeallocate}
 		if q.inCapsule >= nvmeof.DSMRangeSize {
+			// The range follows the SQE in the slot's buffer.
 			f.DPTR = nvmeof.SGLFields{Identifier: nvmeof.SGLInCapsule, Length: nvmeof.DSMRangeSize}
-			s.sge[1] = rdma.SGE{MR: q.capMR, Offset: off, Length: nvmeof.DSMRangeSize}
-			s.wr.SGL = s.sge[:2]
+			capsule += nvmeof.DSMRangeSize
 		} else {
-			rkey, va, err := s.fmr.Map(q.capMR, off, nvmeof.DSMRangeSize, rdma.AccessRemoteRead)
+			rkey, va, err := q.hq.MapBuf(s, nvmeof.SQESize, nvmeof.DSMRangeSize, rdma.AccessRemoteRead)
 			if err != nil {
 				q.putFree(s)
-				return fmt.Errorf("nvme %s: mapping the range: %w", s.name, err)
+				return fmt.Errorf("nvme %s: mapping the range: %w", x.name, err)
 			}
-			s.rkey, s.mapped = rkey, true
 			f.DPTR = nvmeof.SGLFields{Identifier: nvmeof.SGLKeyedInvalidate, Address: va, Length: nvmeof.DSMRangeSize, Key: rkey}
 		}
-		s.sqe.DSM().Encode(&f)
+		x.sqe.DSM().Encode(&f)
 	}
 	r.Issued = time.Now()
-	if err := q.post(s); err != nil {
+	if err := q.post(s, capsule, data); err != nil {
 		q.putFree(s) // post failed: the slot is ours again
 		return err
 	}
 	return nil
-}
-
-// alignedBuffer returns n zeroed bytes starting on a 4096-byte boundary.
-func alignedBuffer(n int) []byte {
-	const align = 4096
-	b := make([]byte, n+align)
-	off := int(uintptr(unsafe.Pointer(&b[0])) & (align - 1))
-	if off != 0 {
-		off = align - off
-	}
-	return b[off : off+n : off+n]
 }

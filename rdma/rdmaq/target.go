@@ -80,6 +80,10 @@ type Msg struct {
 	// Data is, with SplitAt, the bytes after the first SplitAt, in the
 	// page-aligned data area; nil otherwise.
 	Data []byte
+	// WithInv is set when the message came as a Send with Invalidate of
+	// Invalidated, one of the receiver's keys.
+	WithInv     bool
+	Invalidated uint32
 }
 
 // TargetHandler is what a protocol plugs into a TargetQueue: its transport
