@@ -78,6 +78,12 @@ type HostConfig struct {
 	ReqErr func(reason error) error
 	// QPContext is the QP's rdma.QPConfig.Context.
 	QPContext any
+	// QP and CQ, when set, are a queue pair (on PD) and its completion
+	// queue that the protocol created and connected itself, because its
+	// login negotiates the sizes of the buffers (SRP); the queue adopts
+	// and closes them.
+	QP rdma.QP
+	CQ rdma.CQ
 }
 
 // HostHandler is what a protocol plugs into a HostQueue. Recv and Complete
@@ -195,12 +201,15 @@ func NewHostQueue[S any](cfg HostConfig, h HostHandler[S]) (*HostQueue[S], error
 		return nil, fmt.Errorf("rdmaq: %s: %w", step, err)
 	}
 	var err error
-	if q.cq, err = cfg.Provider.CreateCQ(cfg.Recvs + cfg.SendWRs + 8); err != nil {
-		return fail("creating a CQ", err)
-	}
-	if q.qp, err = cfg.PD.CreateQP(rdma.QPConfig{SendCQ: q.cq, RecvCQ: q.cq, MaxSendWR: cfg.SendWRs, MaxRecvWR: cfg.Recvs,
-		MaxSendSGE: hostSendSGE, MaxRecvSGE: 1, Context: cfg.QPContext}); err != nil {
-		return fail("creating a QP", err)
+	q.qp, q.cq = cfg.QP, cfg.CQ
+	if q.qp == nil {
+		if q.cq, err = cfg.Provider.CreateCQ(cfg.Recvs + cfg.SendWRs + 8); err != nil {
+			return fail("creating a CQ", err)
+		}
+		if q.qp, err = cfg.PD.CreateQP(rdma.QPConfig{SendCQ: q.cq, RecvCQ: q.cq, MaxSendWR: cfg.SendWRs, MaxRecvWR: cfg.Recvs,
+			MaxSendSGE: hostSendSGE, MaxRecvSGE: 1, Context: cfg.QPContext}); err != nil {
+			return fail("creating a QP", err)
+		}
 	}
 	q.sendBuf = backstore.AlignedBuffer(sendLen, pageSize)
 	if q.sendMR, err = cfg.PD.RegisterMemory(q.sendBuf, rdma.AccessLocalWrite); err != nil {
@@ -252,6 +261,14 @@ func NewHostQueue[S any](cfg HostConfig, h HostHandler[S]) (*HostQueue[S], error
 
 // QP returns the queue pair.
 func (q *HostQueue[S]) QP() rdma.QP { return q.qp }
+
+// HostQPConfig is the rdma.QPConfig a protocol that creates its QP itself
+// (HostConfig.QP) gives it for up to slots requests, recvs receives and
+// ctl control messages.
+func HostQPConfig(cq rdma.CQ, slots, recvs, ctl int, context any) rdma.QPConfig {
+	return rdma.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: 2*slots + ctl + 8, MaxRecvWR: recvs,
+		MaxSendSGE: hostSendSGE, MaxRecvSGE: 1, Context: context}
+}
 
 // Slots returns the slots (protocols that manage them themselves index
 // them by their own slot numbers).
@@ -549,7 +566,7 @@ func (q *HostQueue[S]) Outstanding(s *HostSlot[S]) bool {
 // Respond records that s's response arrived (completion goroutine); the
 // slot completes once its send completion is in too.
 func (q *HostQueue[S]) Respond(s *HostSlot[S]) {
-	q.done(s, waitResp, nil)
+	q.done(s, waitResp, nil, q.inRecv)
 }
 
 // Abort completes an in-flight slot whose response will never come (a
@@ -559,12 +576,13 @@ func (q *HostQueue[S]) Abort(s *HostSlot[S], err error) bool {
 	if s.state.Load() != SlotInFlight {
 		return false
 	}
-	return q.done(s, waitResp, err)
+	return q.done(s, waitResp, err, false)
 }
 
 // done clears bits of s's pending set and completes it when nothing is
-// left. It reports whether any of the bits was set.
-func (q *HostQueue[S]) done(s *HostSlot[S], bits uint8, err error) bool {
+// left, later (after the message's receive buffer is reposted) when
+// deferred. It reports whether any of the bits was set.
+func (q *HostQueue[S]) done(s *HostSlot[S], bits uint8, err error, deferred bool) bool {
 	q.mu.Lock()
 	if s.state.Load() != SlotInFlight || s.pending&bits == 0 {
 		q.mu.Unlock()
@@ -577,7 +595,7 @@ func (q *HostQueue[S]) done(s *HostSlot[S], bits uint8, err error) bool {
 	finished := s.pending == 0
 	q.mu.Unlock()
 	if finished {
-		if q.inRecv && bits == waitResp {
+		if deferred {
 			q.deferred = append(q.deferred, s)
 		} else {
 			q.finish(s)
@@ -742,7 +760,7 @@ func (q *HostQueue[S]) complete(wc *rdma.WC, cs CtlSender) error {
 			q.h.Sent(s)
 			return nil
 		}
-		q.done(s, waitSend, nil)
+		q.done(s, waitSend, nil, false)
 	case kindCtl:
 		if cs != nil {
 			cs.CtlSent(idx)

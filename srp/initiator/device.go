@@ -9,8 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/rdma"
+	"github.com/rdisk/rdisk/rdma/rdmaq"
 	"github.com/rdisk/rdisk/scsi"
 	"github.com/rdisk/rdisk/scsi/host"
 	"github.com/rdisk/rdisk/srp"
@@ -69,7 +71,7 @@ func (s *Session) Device(ctx context.Context, lun uint64) (*Device, error) {
 		u.Host = h
 		u.Port, _ = strconv.Atoi(p)
 	}
-	d := &Device{s: s, lun: lun, lu: lu, info: lu.Info(u.String(), len(s.chans), depth), zero: alignedBuffer(lu.BlockSize)}
+	d := &Device{s: s, lun: lun, lu: lu, info: lu.Info(u.String(), len(s.chans), depth), zero: backstore.AlignedBuffer(lu.BlockSize, 4096)}
 	if d.zeroMR, err = s.pd.RegisterMemory(d.zero, rdma.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("srp: LUN %d: registering the zero block: %w", lun, err)
 	}
@@ -156,14 +158,14 @@ func (d *Device) Submit(r *blockdev.Request) error {
 	if err != nil {
 		return err
 	}
-	sl.kind, sl.req = kindIO, r
+	sl.S.kind, sl.S.req = kindIO, r
 	var cdb [16]byte
-	io, err := d.lu.BuildIO(&cdb, sl.table, r) // the UNMAP parameters go in the slot's remote-readable area
+	io, err := d.lu.BuildIO(&cdb, sl.S.table, r) // the UNMAP parameters go in the slot's remote-readable area
 	if err != nil {
 		ch.release(sl, true)
 		return err
 	}
-	sl.name = io.Name
+	sl.S.name = io.Name
 	x := xfer{dir: io.Dir}
 	switch io.Data {
 	case host.DataBuffer:
@@ -173,17 +175,17 @@ func (d *Device) Submit(r *blockdev.Request) error {
 	case host.DataZeroBlock:
 		x.mr, x.n = d.zeroMR, io.Len
 	}
-	if err := ch.build(sl, d.lun, cdb[:], x); err != nil {
+	n, data, err := ch.build(sl, d.lun, cdb[:], x)
+	if err != nil {
+		ch.q.Unmap(sl)
 		ch.release(sl, true)
 		return err
 	}
 	r.Issued = time.Now()
-	if err := ch.post(sl); err != nil {
-		if sl.mapped {
-			sl.fmr.Invalidate()
-			sl.mapped = false
+	if err := ch.post(sl, n, data); err != nil {
+		if sl.State() == rdmaq.SlotBusy {
+			ch.release(sl, true)
 		}
-		ch.release(sl, true)
 		return err
 	}
 	return nil

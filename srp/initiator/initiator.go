@@ -13,10 +13,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
+	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/rdma"
+	"github.com/rdisk/rdisk/rdma/rdmaq"
 	"github.com/rdisk/rdisk/scsi"
 	"github.com/rdisk/rdisk/scsi/host"
 )
@@ -246,23 +247,31 @@ func Login(ctx context.Context, p rdma.Provider, addr string, target srp.PortID,
 // connect logs in channel i.
 func (s *Session) connect(ctx context.Context, i int) (*ichannel, error) {
 	cfg := &s.cfg
-	ch := &ichannel{s: s, idx: i, wake: make(chan struct{}, 1), dead: make(chan struct{}), exited: make(chan struct{}),
-		logoutWR: make(chan struct{}, 1), wcs: make([]rdma.WC, 64)}
-	ch.ctx, ch.cancel = context.WithCancel(context.Background())
-	fail := func(err error) (*ichannel, error) {
-		ch.fail(blockdev.ErrClosed)
-		ch.releaseResources()
-		return nil, err
-	}
+	ch := &ichannel{s: s, idx: i, logoutWR: make(chan struct{}, 1)}
 	maxSlots := cfg.QueueDepth
 	nrx := maxSlots + 3 // command responses, the task management response, a target request
-	var err error
-	if ch.cq, err = s.prov.CreateCQ(2*maxSlots + nrx + 8); err != nil {
-		return fail(fmt.Errorf("srp: creating a CQ: %w", err))
+	// The QP comes first, for the login; the queue's buffers follow once
+	// the login response sized them.
+	cq, err := s.prov.CreateCQ(2*maxSlots + nrx + 8)
+	if err != nil {
+		return nil, fmt.Errorf("srp: creating a CQ: %w", err)
 	}
-	if ch.qp, err = s.pd.CreateQP(rdma.QPConfig{SendCQ: ch.cq, RecvCQ: ch.cq, MaxSendWR: 2*maxSlots + 8, MaxRecvWR: nrx,
-		MaxSendSGE: 2, MaxRecvSGE: 1, Context: ch}); err != nil {
-		return fail(fmt.Errorf("srp: creating a QP: %w", err))
+	qp, err := s.pd.CreateQP(rdmaq.HostQPConfig(cq, maxSlots+1, nrx, 3, ch))
+	if err != nil {
+		cq.Close()
+		return nil, fmt.Errorf("srp: creating a QP: %w", err)
+	}
+	fail := func(err error) (*ichannel, error) {
+		if ch.q != nil {
+			ch.q.Close(blockdev.ErrClosed)
+		} else {
+			qp.Close()
+			cq.Close()
+		}
+		if ch.remoteMR != nil {
+			ch.remoteMR.Deregister()
+		}
+		return nil, err
 	}
 	lf := srp.LoginReqFields{
 		Tag: uint64(i), ReqITIULen: uint32(cfg.MaxITIULen), ReqBufFmt: srp.BufFmtDirect,
@@ -281,7 +290,7 @@ func (s *Session) connect(ctx context.Context, i int) (*ichannel, error) {
 	pd := make([]byte, srp.LoginReqRDMASize)
 	srp.LoginReqRDMA(pd).Encode(&lf)
 	cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
-	reply, err := ch.qp.Connect(cctx, s.addr, rdma.ConnParam{PrivateData: pd, ResponderResources: cfg.RDMAReadDepth})
+	reply, err := qp.Connect(cctx, s.addr, rdma.ConnParam{PrivateData: pd, ResponderResources: cfg.RDMAReadDepth})
 	cancel()
 	if err != nil {
 		var rej *rdma.RejectError
@@ -309,7 +318,6 @@ func (s *Session) connect(ctx context.Context, i int) (*ichannel, error) {
 	case cfg.Policy != PolicyAuto && cfg.Policy != PolicyDirect && rsp.BufFmt&srp.BufFmtIndirect == 0:
 		return fail(fmt.Errorf("srp: target %s does not support indirect descriptors", s.addr))
 	}
-	ch.reqLim = rsp.ReqLimDelta
 	ch.depth = min(maxSlots, int(rsp.ReqLimDelta)-1)
 	itLen := min(cfg.MaxITIULen, int(rsp.MaxITIULen))
 	if rsp.Flags&srp.LoginRspImmedSupp != 0 && lf.ReqFlags&srp.ImmedRequested != 0 && itLen > ImmDataOffset {
@@ -317,78 +325,53 @@ func (s *Session) connect(ctx context.Context, i int) (*ichannel, error) {
 		ch.maxImm = itLen - ImmDataOffset
 	}
 	ch.tiLen = int(rsp.MaxTIIULen)
-	if err := ch.allocate(nrx, itLen); err != nil {
+	if err := ch.allocate(qp, cq, nrx, itLen, rsp.ReqLimDelta); err != nil {
 		return fail(err)
 	}
-	for j := 0; j < ch.nrx; j++ {
-		if err := ch.postRecv(j); err != nil {
-			return fail(fmt.Errorf("srp: posting receives: %w", err))
-		}
-	}
-	ch.started = true
-	go ch.run()
+	ch.q.Start()
 	s.log.Debug("srp: channel logged in", "channel", i, "addr", s.addr, "credits", rsp.ReqLimDelta, "depth", ch.depth,
 		"max_it_iu_len", rsp.MaxITIULen, "max_ti_iu_len", rsp.MaxTIIULen, "immediate", ch.immOff != 0, "flags", rsp.Flags)
 	return ch, nil
 }
 
-// allocate registers the channel's buffers after login.
-func (ch *ichannel) allocate(nrx, itLen int) error {
+// allocate creates the channel's queue on its logged-in QP: depth command
+// slots with their IU buffers and fast-registration keys, the task
+// management slot, nrx receive buffers of the target's IU length, and the
+// request limit the login granted as the queue's credits.
+func (ch *ichannel) allocate(qp rdma.QP, cq rdma.CQ, nrx, itLen int, credits int32) error {
 	s := ch.s
 	cfg := &s.cfg
 	pieces := cfg.IndirectPieces
-	ch.iuStride = (max(srp.CmdSize+16+srp.IndirectHdrSize+pieces*srp.DirectDescSize, ImmDataOffset) + 63) &^ 63
-	if ch.iuStride > itLen && cfg.Policy != PolicyAuto && cfg.Policy != PolicyDirect {
+	iuStride := max(srp.CmdSize+16+srp.IndirectHdrSize+pieces*srp.DirectDescSize, ImmDataOffset)
+	if iuStride > itLen && cfg.Policy != PolicyAuto && cfg.Policy != PolicyDirect {
 		return fmt.Errorf("srp: %d indirect descriptors do not fit in the %d-byte IU", pieces, itLen)
 	}
-	ch.iuBuf = alignedBuffer(ch.depth * ch.iuStride)
-	var err error
-	if ch.iuMR, err = s.pd.RegisterMemory(ch.iuBuf, rdma.AccessLocalWrite); err != nil {
-		return fmt.Errorf("srp: registering IU buffers: %w", err)
+	q, err := rdmaq.NewHostQueue(rdmaq.HostConfig{
+		Provider: s.prov, PD: s.pd, QP: qp, CQ: cq,
+		Pools: []rdmaq.HostPool{{Slots: ch.depth, SendLen: iuStride}, {Slots: 1, SendLen: srp.TskMgmtSize}},
+		Recvs: nrx, RecvLen: ch.tiLen, FastReg: cfg.MaxTransfer, Ctl: 3, CtlLen: ctlLen,
+		Credits: int(credits), Reserve: 1, ReqErr: reqErr,
+	}, ch)
+	if err != nil {
+		return fmt.Errorf("srp: %w", err)
 	}
+	ch.q = q
 	remoteStride := (max(pieces*srp.DirectDescSize, 24) + 63) &^ 63
-	ch.remote = alignedBuffer(ch.depth * remoteStride)
+	ch.remote = backstore.AlignedBuffer(ch.depth*remoteStride, 4096)
 	if ch.remoteMR, err = s.pd.RegisterMemory(ch.remote, rdma.AccessRemoteRead); err != nil {
 		return fmt.Errorf("srp: registering descriptor tables: %w", err)
 	}
-	ch.rxLen = (ch.tiLen + 63) &^ 63
-	ch.nrx = nrx
-	ch.rxBuf = alignedBuffer(nrx * ch.rxLen)
-	if ch.rxMR, err = s.pd.RegisterMemory(ch.rxBuf, rdma.AccessLocalWrite); err != nil {
-		return fmt.Errorf("srp: registering receive buffers: %w", err)
-	}
-	ch.irsp = make([]byte, 2*srp.CredRspSize+srp.ILogoutSize+srp.TskMgmtSize)
-	if ch.irspMR, err = s.pd.RegisterMemory(ch.irsp, rdma.AccessLocalWrite); err != nil {
-		return fmt.Errorf("srp: registering response buffers: %w", err)
-	}
-	ch.slots = make([]islot, ch.depth)
-	ch.freeSlots = make([]int, 0, ch.depth)
-	for i := range ch.slots {
-		sl := &ch.slots[i]
-		sl.ch, sl.idx = ch, i
-		sl.iu = ch.iuBuf[i*ch.iuStride : (i+1)*ch.iuStride]
-		sl.tableOf = i * remoteStride
-		sl.table = ch.remote[sl.tableOf : sl.tableOf+remoteStride]
-		sl.done = make(chan struct{}, 1)
-		if sl.fmr, err = s.pd.AllocFastRegMR(cfg.MaxTransfer); err != nil {
-			return fmt.Errorf("srp: allocating fast-registration keys: %w", err)
+	for i := range q.Slots() {
+		x := &q.Slot(i).S
+		x.done = make(chan struct{}, 1)
+		if i < ch.depth {
+			x.tableOf = i * remoteStride
+			x.table = ch.remote[x.tableOf : x.tableOf+remoteStride]
+		} else {
+			x.kind = kindSync
 		}
-		ch.freeSlots = append(ch.freeSlots, ch.depth-1-i)
 	}
-	ch.tmf = islot{ch: ch, idx: -1, kind: kindSync, done: make(chan struct{}, 1)}
-	ch.tmf.iu = ch.irsp[2*srp.CredRspSize+srp.ILogoutSize:]
 	return nil
-}
-
-// alignedBuffer returns n zeroed bytes starting on a 4096-byte boundary.
-func alignedBuffer(n int) []byte {
-	const align = 4096
-	b := make([]byte, n+align)
-	off := int(uintptr(unsafe.Pointer(&b[0])) & (align - 1))
-	if off != 0 {
-		off = align - off
-	}
-	return b[off : off+n : off+n]
 }
 
 // watchdog fails channels whose commands went unanswered too long.
@@ -405,7 +388,7 @@ func (s *Session) watchdog() {
 			now := time.Now().UnixNano()
 			for _, ch := range s.chans {
 				if sl := ch.overdue(now, d); sl != nil {
-					ch.fail(fmt.Errorf("srp: %s on channel %d: no response in %v", sl.name, ch.idx, d))
+					ch.fail(fmt.Errorf("srp: %s on channel %d: no response in %v", sl.S.name, ch.idx, d))
 				}
 			}
 		}
@@ -461,10 +444,8 @@ func (s *Session) Events() (aer, credReq uint64) {
 // Err returns why the session failed, or nil while every channel is up.
 func (s *Session) Err() error {
 	for _, ch := range s.chans {
-		select {
-		case <-ch.dead:
-			return ch.reqErr
-		default:
+		if ch.q.Err() != nil {
+			return ch.q.ReqErr()
 		}
 	}
 	return nil
@@ -498,7 +479,7 @@ func (s *Session) AllocBuffer(size int) (blockdev.Buffer, error) {
 	if s.closed.Load() {
 		return nil, blockdev.ErrClosed
 	}
-	b := alignedBuffer(size)
+	b := backstore.AlignedBuffer(size, 4096)
 	mr, err := s.pd.RegisterMemory(b, rdma.AccessLocalWrite)
 	if err != nil {
 		return nil, fmt.Errorf("srp: registering %d bytes: %w", size, err)
@@ -516,46 +497,45 @@ type xfer struct {
 	param bool
 }
 
-// build writes the SRP_CMD for cdb into the slot and prepares its Send.
-func (ch *ichannel) build(sl *islot, lun uint64, cdb []byte, x xfer) error {
+// build writes the SRP_CMD for cdb into the slot and returns its length
+// and the data that follows it in line (immediate data).
+func (ch *ichannel) build(sl *islot, lun uint64, cdb []byte, x xfer) (int, rdma.SGE, error) {
 	if len(cdb) > 16 {
-		return fmt.Errorf("srp: CDB of %d bytes", len(cdb))
+		return 0, rdma.SGE{}, fmt.Errorf("srp: CDB of %d bytes", len(cdb))
 	}
-	sl.lun = lun
-	f := srp.CmdFields{Tag: sl.tag, LUN: scsi.EncodeLUN(lun), TaskAttr: srp.AttrSimple}
+	sl.S.lun = lun
+	f := srp.CmdFields{Tag: sl.S.tag, LUN: scsi.EncodeLUN(lun), TaskAttr: srp.AttrSimple}
 	copy(f.CDB[:], cdb)
-	iu := sl.iu
+	iu := sl.Buf()
 	n := srp.CmdSize
-	sgl := sl.sge[:1]
+	var data rdma.SGE
 	cfg := &ch.s.cfg
 	var fmtOut srp.DescFormat
 	switch {
 	case x.n == 0:
 	case x.param:
 		fmtOut = srp.DescDirect
-		srp.DirectDesc{VA: ch.remoteMR.VA() + uint64(sl.tableOf), Key: ch.remoteMR.RKey(), Len: uint32(x.n)}.Put(iu[srp.CmdSize:])
+		srp.DirectDesc{VA: ch.remoteMR.VA() + uint64(sl.S.tableOf), Key: ch.remoteMR.RKey(), Len: uint32(x.n)}.Put(iu[srp.CmdSize:])
 		n += srp.DirectDescSize
 	case x.dir == scsi.DirOut && cfg.Policy == PolicyAuto && ch.immOff != 0 && x.n <= ch.maxImm:
 		fmtOut = srp.DescImmediate
 		binary.BigEndian.PutUint32(iu[srp.CmdSize:], uint32(x.n))
 		clear(iu[srp.CmdSize+srp.ImmediateHdrSize : ch.immOff])
 		n = ch.immOff
-		sl.sge[1] = rdma.SGE{MR: x.mr, Offset: x.off, Length: x.n}
-		sgl = sl.sge[:2]
+		data = rdma.SGE{MR: x.mr, Offset: x.off, Length: x.n}
 	default:
 		access := rdma.AccessRemoteRead
 		if x.dir == scsi.DirIn {
 			access = rdma.AccessLocalWrite | rdma.AccessRemoteWrite
 		}
-		rkey, va, err := sl.fmr.Map(x.mr, x.off, x.n, access)
+		rkey, va, err := ch.q.Map(sl, x.mr, x.off, x.n, access)
 		if err != nil {
-			return fmt.Errorf("srp: mapping %d bytes: %w", x.n, err)
+			return 0, rdma.SGE{}, fmt.Errorf("srp: %w", err)
 		}
-		sl.mapped = true
 		switch cfg.Policy {
 		case PolicyIndirect, PolicyExternal:
 			k := min(cfg.IndirectPieces, x.n)
-			table := sl.table
+			table := sl.S.table
 			inline := k
 			if cfg.Policy == PolicyExternal {
 				inline = k / 2
@@ -572,7 +552,7 @@ func (ch *ichannel) build(sl *islot, lun uint64, cdb []byte, x xfer) error {
 				srp.DirectDesc{VA: va + uint64(off), Key: rkey, Len: uint32(l)}.Put(table[j*srp.DirectDescSize:])
 				off += l
 			}
-			hdr := srp.DirectDesc{VA: ch.remoteMR.VA() + uint64(sl.tableOf), Key: ch.remoteMR.RKey(), Len: uint32(k * srp.DirectDescSize)}
+			hdr := srp.DirectDesc{VA: ch.remoteMR.VA() + uint64(sl.S.tableOf), Key: ch.remoteMR.RKey(), Len: uint32(k * srp.DirectDescSize)}
 			srp.PutIndirectHdr(iu[srp.CmdSize:], hdr, uint32(x.n))
 			copy(iu[srp.CmdSize+srp.IndirectHdrSize:], table[:inline*srp.DirectDescSize])
 			n += srp.IndirectHdrSize + inline*srp.DirectDescSize
@@ -594,9 +574,7 @@ func (ch *ichannel) build(sl *islot, lun uint64, cdb []byte, x xfer) error {
 		f.DataInFmt = fmtOut
 	}
 	srp.Cmd(iu).Encode(&f)
-	sl.sge[0] = rdma.SGE{MR: ch.iuMR, Offset: sl.idx * ch.iuStride, Length: n}
-	sl.wr = rdma.SendWR{ID: uint64(sl.idx), Op: rdma.OpSend, Flags: rdma.Signaled, SGL: sgl}
-	return nil
+	return n, data, nil
 }
 
 // Command is a SCSI command for Session.Exec.
@@ -637,31 +615,36 @@ func (s *Session) Exec(ctx context.Context, chIdx int, c *Command) error {
 	if err != nil {
 		return err
 	}
-	sl.kind, sl.name = kindSync, host.CommandName(c.CDB)
-	x := xfer{dir: c.Dir}
+	x := &sl.S
+	x.kind, x.name = kindSync, host.CommandName(c.CDB)
+	xf := xfer{dir: c.Dir}
 	if len(c.Data) > 0 && c.Dir != scsi.DirNone {
 		if len(c.Data) > s.cfg.MaxTransfer {
 			ch.release(sl, true)
 			return fmt.Errorf("srp: %d bytes exceed the %d-byte transfer limit", len(c.Data), s.cfg.MaxTransfer)
 		}
-		if sl.tmp, err = s.pd.RegisterMemory(c.Data, rdma.AccessLocalWrite); err != nil {
+		if x.tmp, err = s.pd.RegisterMemory(c.Data, rdma.AccessLocalWrite); err != nil {
 			ch.release(sl, true)
 			return fmt.Errorf("srp: registering %d bytes: %w", len(c.Data), err)
 		}
-		x.mr, x.n = sl.tmp, len(c.Data)
+		xf.mr, xf.n = x.tmp, len(c.Data)
 	}
-	if err := ch.build(sl, c.LUN, c.CDB, x); err != nil {
+	n, data, err := ch.build(sl, c.LUN, c.CDB, xf)
+	if err != nil {
+		ch.q.Unmap(sl)
 		ch.dropTmp(sl)
 		ch.release(sl, true)
 		return err
 	}
-	c.Tag = sl.tag
+	c.Tag = x.tag
 	if c.OnSend != nil {
-		c.OnSend(sl.tag)
+		c.OnSend(x.tag)
 	}
-	if err := ch.post(sl); err != nil {
-		ch.dropTmp(sl)
-		ch.release(sl, true)
+	if err := ch.post(sl, n, data); err != nil {
+		if sl.State() == rdmaq.SlotBusy {
+			ch.dropTmp(sl)
+			ch.release(sl, true)
+		}
 		return err
 	}
 	var cdone <-chan struct{}
@@ -669,27 +652,27 @@ func (s *Session) Exec(ctx context.Context, chIdx int, c *Command) error {
 		cdone = ctx.Done()
 	}
 	select {
-	case <-sl.done:
+	case <-x.done:
 	case <-cdone:
 		ch.mu.Lock()
-		if !sl.completed {
-			sl.orphan = true
+		if !x.completed {
+			x.orphan = true
 			ch.mu.Unlock()
 			return ctx.Err()
 		}
 		ch.mu.Unlock()
-		<-sl.done
+		<-x.done
 	}
 	ch.dropTmp(sl)
-	c.Status, c.Flags = scsi.Status(sl.status), sl.flags
-	c.Sense = append(c.Sense[:0], sl.sense[:sl.senseLen]...)
+	c.Status, c.Flags = scsi.Status(x.status), x.flags
+	c.Sense = append(c.Sense[:0], x.sense[:x.senseLen]...)
 	switch {
 	case c.Dir == scsi.DirIn:
-		c.Residual = sl.inResid
+		c.Residual = x.inResid
 	case c.Dir == scsi.DirOut:
-		c.Residual = sl.outResid
+		c.Residual = x.outResid
 	}
-	err = sl.result()
+	err = result(sl)
 	ch.release(sl, false)
 	return err
 }
@@ -703,32 +686,30 @@ func (s *Session) TaskManagement(ctx context.Context, chIdx int, fn srp.TaskFunc
 		return 0, blockdev.ErrClosed
 	}
 	ch := s.chans[uint(chIdx)%uint(len(s.chans))]
-	ch.tmfMu.Lock()
-	defer ch.tmfMu.Unlock()
-	if err := ch.acquireTMF(ctx); err != nil {
+	sl, err := ch.q.Acquire(ctx, poolTMF) // the task management slot, and a credit
+	if err != nil {
 		return 0, err
 	}
-	sl := &ch.tmf
+	x := &sl.S
 	ch.tmfSeq++
-	sl.tag = tagTMF | ch.tmfSeq
-	sl.name, sl.err, sl.completed, sl.orphan, sl.respCode = fn.String(), nil, false, false, -1
-	sl.state.Store(islotBusy)
-	srp.EncodeTskMgmt(sl.iu, &srp.TskMgmtFields{Tag: sl.tag, LUN: scsi.EncodeLUN(lun), Func: fn, TaskTag: taskTag})
-	sl.sge[0] = rdma.SGE{MR: ch.irspMR, Offset: 2*srp.CredRspSize + srp.ILogoutSize, Length: srp.TskMgmtSize}
-	sl.wr = rdma.SendWR{ID: iwrTMF, Op: rdma.OpSend, Flags: rdma.Signaled, SGL: sl.sge[:1]}
+	x.tag = tagTMF | ch.tmfSeq
+	x.name, x.completed, x.orphan, x.respCode = fn.String(), false, false, -1
+	srp.EncodeTskMgmt(sl.Buf(), &srp.TskMgmtFields{Tag: x.tag, LUN: scsi.EncodeLUN(lun), Func: fn, TaskTag: taskTag})
 	sentAt := time.Now().UnixNano()
-	if err := ch.post(sl); err != nil {
-		ch.release(sl, true)
+	if err := ch.post(sl, srp.TskMgmtSize, rdma.SGE{}); err != nil {
+		if sl.State() == rdmaq.SlotBusy {
+			ch.release(sl, true)
+		}
 		return 0, err
 	}
 	select {
-	case <-sl.done:
+	case <-x.done:
 	case <-ctx.Done():
 		ch.fail(fmt.Errorf("srp: %s on channel %d: %w", fn, ch.idx, ctx.Err()))
-		<-sl.done
+		<-x.done
 	}
-	code, err := srp.TMRespCode(sl.respCode), sl.err
-	if sl.respCode < 0 && err == nil {
+	code, err := srp.TMRespCode(x.respCode), sl.Err
+	if x.respCode < 0 && err == nil {
 		err = fmt.Errorf("srp: %s: response without response data", fn)
 	}
 	ch.release(sl, false)
@@ -737,9 +718,9 @@ func (s *Session) TaskManagement(ctx context.Context, chIdx int, fn srp.TaskFunc
 		var match func(*islot) bool
 		switch fn {
 		case srp.TskAbortTask:
-			match = func(x *islot) bool { return x.tag == taskTag }
+			match = func(x *islot) bool { return x.S.tag == taskTag }
 		case srp.TskAbortTaskSet, srp.TskClearTaskSet, srp.TskLUNReset:
-			match = func(x *islot) bool { return x.lun == lun }
+			match = func(x *islot) bool { return x.S.lun == lun }
 		}
 		if match != nil {
 			for _, c := range s.chans {
