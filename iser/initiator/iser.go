@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rdisk/rdisk/iser"
 	"github.com/rdisk/rdisk/rdma"
+	"github.com/rdisk/rdisk/rdma/rdmaq"
 )
 
 // iSER buffer layout. Every Send and receive starts with the iSER header;
@@ -22,202 +24,175 @@ const (
 	extraRecvs   = 16                                         // unsolicited target PDUs (NOP-In, Async, Reject)
 )
 
-// iserLink is an iSER connection in full feature phase: one goroutine polls
-// the CQ (responses, send completions); submitters post Sends directly.
-type iserLink struct {
-	s  *Session
-	pd rdma.PD
-	cq rdma.CQ
-	qp rdma.QP
-
-	sendMem []byte
-	sendMR  rdma.MR
-	recvMem []byte
-	recvMR  rdma.MR
-	nrecv   int
-	nslots  int
-	sendInv bool // the target may invalidate with Send with Invalidate
-
-	smu    sync.Mutex // orders CmdSN assignment with posting
-	rwr    rdma.RecvWR
-	rsge   [1]rdma.SGE
-	wcs    []rdma.WC
-	ctx    context.Context
-	cancel context.CancelFunc
-	exited chan struct{}
-	once   sync.Once
-
-	// Per slot: the Send's work request and scatter list.
-	wr  []rdma.SendWR
-	sge [][2]rdma.SGE
+// linkSlot is the iSER state of a task slot.
+type linkSlot struct {
+	tmpMR rdma.MR // plain memory registered for one Execute
 }
 
-func (l *iserLink) sendOff(idx int) int {
-	ios := l.nslots - mgmtSlots
-	if idx < ios {
-		return idx * ioStride
-	}
-	return ios*ioStride + (idx-ios)*ctlStride
+// iserLink is an iSER connection on an rdmaq.HostQueue whose slots are
+// the session's (session.go manages them, for both transports): the
+// queue's completion goroutine runs the login, then takes responses and
+// send completions; submitters post Sends directly.
+type iserLink struct {
+	ss      atomic.Pointer[Session] // set when the login is done
+	pd      rdma.PD
+	q       *rdmaq.HostQueue[linkSlot]
+	ios     int  // the queue's command slots (the configured depth)
+	sendInv bool // the target may invalidate with Send with Invalidate
+
+	smu sync.Mutex // orders CmdSN assignment with posting
+
+	// Login (the completion goroutine, until done).
+	il      *iser.InitiatorLogin
+	turn    int // control buffer of the next Login Request
+	addr    string
+	cfg     *Config
+	lerr    error
+	loginCh chan error
+
+	once sync.Once
 }
 
 // dialISER connects over RDMA and logs in with Sends and receives.
 func dialISER(ctx context.Context, addr string, lcfg *iser.InitiatorConfig, cfg *Config) (s *Session, err error) {
 	p := cfg.Provider
-	nslots := cfg.QueueDepth + mgmtSlots
-	l := &iserLink{nslots: nslots, nrecv: nslots + extraRecvs, wcs: make([]rdma.WC, 64), exited: make(chan struct{})}
-	defer func() {
-		if err != nil {
-			l.release()
-		}
-	}()
+	l := &iserLink{ios: cfg.QueueDepth, addr: addr, cfg: cfg, loginCh: make(chan error, 1)}
 	if l.pd, err = p.AllocPD(); err != nil {
 		return nil, fmt.Errorf("iser: allocating a PD: %w", err)
 	}
-	if l.cq, err = p.CreateCQ(3*nslots + l.nrecv + 16); err != nil {
-		return nil, fmt.Errorf("iser: creating a CQ: %w", err)
+	nslots := cfg.QueueDepth + mgmtSlots
+	if l.q, err = rdmaq.NewHostQueue(rdmaq.HostConfig{
+		Provider: p, PD: l.pd,
+		Pools: []rdmaq.HostPool{{Slots: cfg.QueueDepth, SendLen: ioStride}, {Slots: mgmtSlots, SendLen: ctlStride}},
+		Recvs: nslots + extraRecvs, RecvLen: recvStride, FastReg: cfg.MaxTransfer,
+		Ctl: 2, CtlLen: iserHdr + iser.BHSSize + iser.DefaultRecvDataSegmentLength,
+		SendWRs: 2*nslots + 8, SelfManaged: true, OwnPD: true,
+	}, l); err != nil {
+		return nil, fmt.Errorf("iser: %w", err)
 	}
-	if l.qp, err = l.pd.CreateQP(rdma.QPConfig{SendCQ: l.cq, RecvCQ: l.cq, MaxSendWR: 2*nslots + 8, MaxRecvWR: l.nrecv,
-		MaxSendSGE: 2, MaxRecvSGE: 1}); err != nil {
-		return nil, fmt.Errorf("iser: creating a QP: %w", err)
-	}
-	ios := nslots - mgmtSlots
-	l.sendMem = alignedBuffer(ios*ioStride + mgmtSlots*ctlStride)
-	if l.sendMR, err = l.pd.RegisterMemory(l.sendMem, rdma.AccessLocalWrite); err != nil {
-		return nil, fmt.Errorf("iser: registering send buffers: %w", err)
-	}
-	l.recvMem = alignedBuffer(l.nrecv * recvStride)
-	if l.recvMR, err = l.pd.RegisterMemory(l.recvMem, rdma.AccessLocalWrite); err != nil {
-		return nil, fmt.Errorf("iser: registering receive buffers: %w", err)
-	}
-	l.rwr.SGL = l.rsge[:]
-	for i := range l.nrecv {
-		if err = l.postRecv(i); err != nil {
-			return nil, fmt.Errorf("iser: posting receives: %w", err)
+	defer func() {
+		if err != nil {
+			l.q.Close(err)
 		}
+	}()
+	if l.il, err = iser.NewInitiatorLogin(lcfg); err != nil {
+		return nil, err
 	}
 	pd := make([]byte, iser.ISERCMSize)
 	iser.ISERCM{Flags: iser.ISERZBVANotSupported}.Encode(pd)
-	reply, err := l.qp.Connect(ctx, addr, rdma.ConnParam{PrivateData: pd, ResponderResources: 16, InitiatorDepth: 0})
+	reply, err := l.q.Connect(ctx, addr, rdma.ConnParam{PrivateData: pd, ResponderResources: 16, InitiatorDepth: 0})
 	if err != nil {
 		return nil, fmt.Errorf("iser: connecting to %s: %w", addr, err)
 	}
 	acc, _ := iser.ParseISERCM(reply)
 	l.sendInv = acc.Flags&iser.ISERTSendWithInvNotUsed == 0
-	ls, err := l.login(ctx, lcfg)
+	l.q.Start()
+	// The login runs on the completion goroutine: a Login Request now,
+	// the next one from each response.
+	if err := l.sendLogin(l.il.Start); err != nil {
+		l.q.Fail(err)
+	}
+	select {
+	case err = <-l.loginCh:
+	case <-ctx.Done():
+		err = ctx.Err()
+		l.q.Fail(err)
+		<-l.loginCh
+	}
 	if err != nil {
 		return nil, fmt.Errorf("iser: login to %s at %s: %w", lcfg.TargetName, addr, err)
 	}
-	s = newSession(*cfg, iser.TransportISER, addr, ls)
-	s.lk = l
-	l.s = s
-	l.wr = make([]rdma.SendWR, nslots)
-	l.sge = make([][2]rdma.SGE, nslots)
-	for i := range s.slots {
-		if i < s.depth {
-			if s.slots[i].fmr, err = l.pd.AllocFastRegMR(cfg.MaxTransfer); err != nil {
-				return nil, fmt.Errorf("iser: allocating registration keys: %w", err)
-			}
-		}
-	}
-	l.ctx, l.cancel = context.WithCancel(context.Background())
-	go l.run()
-	return s, nil
+	return l.sess(), nil
 }
 
-func (l *iserLink) postRecv(i int) error {
-	l.rsge[0] = rdma.SGE{MR: l.recvMR, Offset: i * recvStride, Length: recvStride}
-	l.rwr.ID = uint64(i)
-	return l.qp.PostRecv(&l.rwr)
-}
+// sess returns the session, nil during the login.
+func (l *iserLink) sess() *Session { return l.ss.Load() }
 
-// login runs the login phase synchronously on the CQ.
-func (l *iserLink) login(ctx context.Context, lcfg *iser.InitiatorConfig) (iser.Session, error) {
-	il, err := iser.NewInitiatorLogin(lcfg)
-	if err != nil {
-		return iser.Session{}, err
-	}
-	buf := l.sendMem[:iserHdr+iser.BHSSize+iser.DefaultRecvDataSegmentLength]
+// sendLogin builds a Login Request with step in the next control buffer
+// (two used in turn: the previous one's response is in) and sends it.
+func (l *iserLink) sendLogin(step func(req, reqData []byte) (int, error)) error {
+	i := l.turn
+	l.turn ^= 1
+	buf := l.q.CtlBuf(i)
 	req := buf[iserHdr : iserHdr+iser.BHSSize]
-	reqData := buf[iserHdr+iser.BHSSize:]
-	n, err := il.Start(req, reqData)
-	for err == nil {
-		iser.ISERHeader(buf).Encode(&iser.ISERHeaderFields{})
-		iser.BHS(req).SetLengths(0, n)
-		sge := []rdma.SGE{{MR: l.sendMR, Length: iserHdr + iser.BHSSize + iser.PaddedLength(n)}}
-		if err = l.qp.PostSend(&rdma.SendWR{ID: 1 << 40, Op: rdma.OpSend, Flags: rdma.Signaled, SGL: sge}); err != nil {
-			break
-		}
-		var rsp iser.PDU
-		var slot int
-		sent := false
-		for !sent || rsp.BHS == nil {
-			var wc rdma.WC
-			if wc, err = l.next(ctx); err != nil {
-				break
-			}
-			if wc.Op != rdma.OpRecv {
-				sent = true
-				continue
-			}
-			slot = int(wc.ID)
-			b := l.recvMem[slot*recvStride : slot*recvStride+wc.ByteLen]
-			if _, err = iser.ParseISERHeader(b); err != nil {
-				break
-			}
-			if rsp, err = iser.ParsePDU(b[iserHdr:], iserRecvData); err != nil {
-				break
-			}
-		}
-		if err != nil {
-			break
-		}
-		var st iser.LoginState
-		n, st, err = il.Step(rsp.BHS, rsp.Data, req, reqData)
-		if perr := l.postRecv(slot); perr != nil && err == nil {
-			err = perr
-		}
-		if st == iser.LoginDone {
-			ls, _ := il.Session()
-			return ls, nil
-		}
-		if err == nil && st == iser.LoginFailed {
-			err = errors.New("login failed")
-		}
+	n, err := step(req, buf[iserHdr+iser.BHSSize:])
+	if err != nil {
+		return err
 	}
-	return iser.Session{}, err
+	iser.ISERHeader(buf).Encode(&iser.ISERHeaderFields{})
+	iser.BHS(req).SetLengths(0, n)
+	return l.q.SendCtl(i, iserHdr+iser.BHSSize+iser.PaddedLength(n), false)
 }
 
-// next returns the next work completion (login phase), failing on errors.
-func (l *iserLink) next(ctx context.Context) (rdma.WC, error) {
-	var wc [1]rdma.WC
-	for {
-		if l.cq.Poll(wc[:]) == 1 {
-			if wc[0].Status != rdma.StatusSuccess {
-				if err := l.qp.Err(); err != nil {
-					return wc[0], err
-				}
-				return wc[0], wc[0].Err()
-			}
-			return wc[0], nil
+// loginStep takes a Login Response (completion goroutine): it sends the
+// next request, or ends the login with the session or an error.
+func (l *iserLink) loginStep(p iser.PDU) error {
+	var st iser.LoginState
+	var lerr error
+	err := l.sendLogin(func(req, reqData []byte) (int, error) {
+		n, s, err := l.il.Step(p.BHS, p.Data, req, reqData)
+		st, lerr = s, err
+		if err != nil || s != iser.LoginInProgress {
+			return 0, errLoginOver
 		}
-		if err := l.cq.Wait(ctx); err != nil {
-			return wc[0], err
-		}
+		return n, nil
+	})
+	switch {
+	case st == iser.LoginDone:
+		ls, _ := l.il.Session()
+		s := newSession(*l.cfg, iser.TransportISER, l.addr, ls)
+		s.lk = l
+		l.ss.Store(s)
+		l.loginCh <- nil
+		return nil
+	case lerr != nil:
+		l.lerr = lerr
+		return lerr
+	case st == iser.LoginFailed:
+		l.lerr = errors.New("login failed")
+		return l.lerr
+	case err != nil:
+		return err
 	}
+	return nil
 }
 
-// submit posts a slot's Send (any goroutine, the CQ's included).
+// errLoginOver tells sendLogin that the login needs no further request.
+const errLoginOver = errorString("iser: login over")
+
+// engine returns the queue slot of session slot sl: the command slots
+// first, then the management slots.
+func (l *iserLink) engine(sl *slot) *rdmaq.HostSlot[linkSlot] {
+	if d := l.sess().depth; sl.idx >= d {
+		return l.q.Slot(l.ios + sl.idx - d)
+	}
+	return l.q.Slot(sl.idx)
+}
+
+// session returns the session slot of queue slot es.
+func (l *iserLink) session(es *rdmaq.HostSlot[linkSlot]) *slot {
+	s := l.sess()
+	i := es.Index()
+	if i >= l.ios {
+		i = s.depth + i - l.ios
+	}
+	if i >= len(s.slots) {
+		return nil
+	}
+	return &s.slots[i]
+}
+
+// submit posts a slot's Send (any goroutine, the completion goroutine's
+// included).
 func (l *iserLink) submit(sl *slot) error {
-	s := l.s
-	off := l.sendOff(sl.idx)
-	hdr := l.sendMem[off : off+iserHdr]
-	bhs := l.sendMem[off+iserHdr : off+iserHdr+iser.BHSSize]
+	s := l.sess()
+	es := l.engine(sl)
+	buf := es.Buf()
+	hdr := buf[:iserHdr]
+	bhs := buf[iserHdr : iserHdr+iser.BHSSize]
 	var hf iser.ISERHeaderFields
-	sge := &l.sge[sl.idx]
-	wr := &l.wr[sl.idx]
-	*wr = rdma.SendWR{ID: uint64(sl.idx), Op: rdma.OpSend, Flags: rdma.Signaled}
-	sge[0] = rdma.SGE{MR: l.sendMR, Offset: off, Length: iserHdr + iser.BHSSize}
-	nsge := 1
+	n := iserHdr + iser.BHSSize
+	var data rdma.SGE
 	dlen := 0
 	if sl.kind == kindCmd {
 		if sl.expLen > 0 && sl.mr == nil {
@@ -226,7 +201,7 @@ func (l *iserLink) submit(sl *slot) error {
 			if err != nil {
 				return fmt.Errorf("iser: registering %d bytes: %w", len(sl.buf), err)
 			}
-			sl.tmpMR, sl.mr, sl.mrOff = mr, mr, 0
+			es.S.tmpMR, sl.mr, sl.mrOff = mr, mr, 0
 		}
 		p := &s.params
 		var imm uint32
@@ -234,18 +209,14 @@ func (l *iserLink) submit(sl *slot) error {
 			imm = min(sl.expLen, p.FirstBurstLength, p.MaxSendDataSegmentLength)
 		}
 		if sl.read || sl.expLen > imm {
-			if sl.fmr == nil {
-				return fmt.Errorf("iser: no registration key for this slot")
-			}
 			access := rdma.AccessRemoteRead
 			if sl.read {
 				access = rdma.AccessLocalWrite | rdma.AccessRemoteWrite
 			}
-			rkey, va, err := sl.fmr.Map(sl.mr, sl.mrOff, int(sl.expLen), access)
+			rkey, va, err := l.q.Map(es, sl.mr, sl.mrOff, int(sl.expLen), access)
 			if err != nil {
-				return fmt.Errorf("iser: mapping %d bytes: %w", sl.expLen, err)
+				return fmt.Errorf("iser: %w", err)
 			}
-			sl.rkey, sl.mapped = rkey, true
 			if sl.read {
 				hf.ReadValid, hf.ReadSTag, hf.ReadBaseOffset = true, rkey, va
 			} else {
@@ -253,16 +224,15 @@ func (l *iserLink) submit(sl *slot) error {
 			}
 		}
 		if imm > 0 {
-			sge[1] = rdma.SGE{MR: sl.mr, Offset: sl.mrOff, Length: int(imm)}
-			nsge = 2
+			data = rdma.SGE{MR: sl.mr, Offset: sl.mrOff, Length: int(imm)}
 			dlen = int(imm)
 		}
 		iser.BHS(sl.hdr[:])[1] |= iser.CmdFlagFinal
 	} else if len(sl.data) > 0 {
-		dlen = copy(l.sendMem[off+iserHdr+iser.BHSSize:off+ctlStride], sl.data)
-		sge[0].Length += iser.PaddedLength(dlen)
+		dlen = copy(buf[n:], sl.data)
+		n += iser.PaddedLength(dlen)
 	}
-	wr.SGL = sge[:nsge]
+	l.q.Prepare(es, n, data)
 	iser.ISERHeader(hdr).Encode(&hf)
 	for {
 		l.smu.Lock()
@@ -282,90 +252,39 @@ func (l *iserLink) submit(sl *slot) error {
 		stamp(sl.hdr[:], cmdSN, expStat)
 		copy(bhs, sl.hdr[:])
 		iser.BHS(bhs).SetLengths(0, dlen)
-		err := l.qp.PostSend(wr)
+		err := l.q.Send(es)
 		l.smu.Unlock()
 		if err != nil {
-			return fmt.Errorf("iser: posting a Send: %w", err)
+			return fmt.Errorf("iser: %w", err)
 		}
 		return nil
 	}
 }
 
+// finished implements link: the command's key is invalidated (unless the
+// target did) and plain memory registered for it released.
+func (l *iserLink) finished(sl *slot) {
+	es := l.engine(sl)
+	l.q.Unmap(es)
+	if es.S.tmpMR != nil {
+		es.S.tmpMR.Deregister()
+		es.S.tmpMR = nil
+	}
+}
+
+// close implements link: the connection ends; the completion goroutine
+// then sweeps the session.
 func (l *iserLink) close() {
-	l.once.Do(func() {
-		if l.qp != nil {
-			l.qp.Disconnect()
-		}
-		if l.cancel != nil {
-			l.cancel()
-		}
-	})
+	l.once.Do(func() { l.q.Fail(errLinkClosed) })
 }
 
-// run polls the CQ until the connection ends.
-func (l *iserLink) run() {
-	s := l.s
-	defer close(l.exited)
-	for {
-		n := l.cq.Poll(l.wcs)
-		if n == 0 {
-			dead := false
-			select {
-			case <-s.dead:
-				dead = true
-			default:
-			}
-			if dead {
-				break
-			}
-			if err := l.cq.Wait(l.ctx); err != nil {
-				s.fail(err)
-			}
-			continue
-		}
-		for i := range l.wcs[:n] {
-			if err := l.handle(&l.wcs[i]); err != nil {
-				s.fail(err)
-			}
-		}
-	}
-	s.sweep()
-	l.release()
-}
+// errLinkClosed is the link's failure reason when the session closed it
+// (the session has its own).
+const errLinkClosed = errorString("iser: connection closed")
 
-func (l *iserLink) handle(wc *rdma.WC) error {
-	s := l.s
-	select {
-	case <-s.dead:
-		return nil // flushed
-	default:
-	}
-	if wc.Status != rdma.StatusSuccess {
-		if err := l.qp.Err(); err != nil {
-			return err
-		}
-		return wc.Err()
-	}
-	if wc.Op != rdma.OpRecv {
-		if wc.ID >= uint64(len(s.slots)) {
-			return nil
-		}
-		sl := &s.slots[wc.ID]
-		if sl.kind == kindNOP && sl.itt == iser.ReservedTag {
-			s.put(sl) // a ping answer: sent
-			return nil
-		}
-		if sl.state.Load() != slotFlight || sl.pending&wantSend == 0 {
-			return nil
-		}
-		sl.pending &^= wantSend
-		if sl.pending == 0 {
-			s.finish(sl)
-		}
-		return nil
-	}
-	i := int(wc.ID)
-	b := l.recvMem[i*recvStride : i*recvStride+wc.ByteLen]
+// Recv implements rdmaq.HostHandler: a PDU from the target.
+func (l *iserLink) Recv(m rdmaq.Msg) error {
+	b := m.Head
 	if _, err := iser.ParseISERHeader(b); err != nil {
 		return fmt.Errorf("iser: bad iSER header: %w", err)
 	}
@@ -373,46 +292,70 @@ func (l *iserLink) handle(wc *rdma.WC) error {
 	if err != nil {
 		return fmt.Errorf("iser: bad PDU: %w", err)
 	}
+	s := l.sess()
+	if s == nil {
+		if p.BHS.Opcode() != iser.OpLoginResponse {
+			return fmt.Errorf("iser: %v PDU during login", p.BHS.Opcode())
+		}
+		return l.loginStep(p)
+	}
 	if p.BHS.Opcode() == iser.OpDataIn || p.BHS.Opcode() == iser.OpR2T {
 		return fmt.Errorf("iser: the target sent %v, which iSER does not use", p.BHS.Opcode())
 	}
-	if wc.Flags&rdma.WCWithInv != 0 {
+	if m.WithInv {
 		sl := s.slotByITT(p.BHS.ITT())
-		if sl == nil || !sl.mapped || sl.rkey != wc.InvalidatedKey {
-			return fmt.Errorf("iser: the target invalidated key %#x, which the response's task did not expose", wc.InvalidatedKey)
+		if sl == nil || !l.q.Invalidated(l.engine(sl), m.Invalidated) {
+			return fmt.Errorf("iser: the target invalidated key %#x, which the response's task did not expose", m.Invalidated)
 		}
-		sl.mapped = false
 	}
-	herr := s.handle(p)
-	if err := l.postRecv(i); err != nil && !s.loggedOut.Load() {
-		return err
-	}
-	return herr
+	return s.handle(p)
 }
 
-// release frees the connection's resources (after the poller stopped).
-func (l *iserLink) release() {
-	if l.qp != nil {
-		l.qp.Close()
+// Sent implements rdmaq.HostHandler: a slot's Send completed.
+func (l *iserLink) Sent(es *rdmaq.HostSlot[linkSlot]) {
+	s := l.sess()
+	if s == nil {
+		return
 	}
-	if l.s != nil {
-		for i := range l.s.slots {
-			if sl := &l.s.slots[i]; sl.fmr != nil {
-				sl.fmr.Close()
-				sl.fmr = nil
-			}
+	sl := l.session(es)
+	if sl == nil {
+		return
+	}
+	if sl.kind == kindNOP && sl.itt == iser.ReservedTag {
+		s.put(sl) // a ping answer: sent
+		return
+	}
+	if sl.state.Load() != slotFlight || sl.pending&wantSend == 0 {
+		return
+	}
+	sl.pending &^= wantSend
+	if sl.pending == 0 {
+		s.finish(sl)
+	}
+}
+
+// Complete implements rdmaq.HostHandler (the session completes its slots).
+func (l *iserLink) Complete(*rdmaq.HostSlot[linkSlot]) {}
+
+// Failed implements rdmaq.HostHandler: the session fails with the link
+// (or the login with it).
+func (l *iserLink) Failed(err error) {
+	if s := l.sess(); s != nil {
+		if err != errLinkClosed { // the session closed the link itself
+			s.fail(err)
 		}
+		return
 	}
-	if l.sendMR != nil {
-		l.sendMR.Deregister()
+	if l.lerr != nil {
+		err = l.lerr
 	}
-	if l.recvMR != nil {
-		l.recvMR.Deregister()
-	}
-	if l.cq != nil {
-		l.cq.Close()
-	}
-	if l.pd != nil {
-		l.pd.Close()
+	l.loginCh <- err
+}
+
+// Drained implements rdmaq.Drainer: what was in flight completes with the
+// session's error (the queue then frees itself and the link's PD).
+func (l *iserLink) Drained() {
+	if s := l.sess(); s != nil {
+		s.sweep()
 	}
 }

@@ -153,12 +153,8 @@ type slot struct {
 	mrOff  int
 	data   []byte // data segment of a control PDU
 
-	// iSER.
-	fmr     rdma.FastRegMR
-	rkey    uint32
-	mapped  bool
+	// What an in-flight slot still waits for (wantSend, wantResp).
 	pending uint8
-	tmpMR   rdma.MR
 
 	// TCP transfer state.
 	r2tSN uint32
@@ -188,6 +184,9 @@ type link interface {
 	// submit sends a prepared slot's PDU (and its data). It does not
 	// block on the network; errors mean the connection is gone.
 	submit(sl *slot) error
+	// finished releases what the transport held for a completed slot
+	// (iSER: its registration key, plain memory registered for it).
+	finished(sl *slot)
 	// close ends the connection; the receive side then sweeps.
 	close()
 }
@@ -541,14 +540,7 @@ const (
 // finish delivers a completed slot (receive side).
 func (s *Session) finish(sl *slot) {
 	sl.issued.Store(0)
-	if sl.fmr != nil && sl.mapped {
-		sl.fmr.Invalidate()
-		sl.mapped = false
-	}
-	if sl.tmpMR != nil {
-		sl.tmpMR.Deregister()
-		sl.tmpMR = nil
-	}
+	s.lk.finished(sl)
 	if sl.dev != nil && sl.req != nil {
 		sl.dev.complete(sl)
 		return

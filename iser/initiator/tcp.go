@@ -117,6 +117,9 @@ func (l *tcpLink) submit(sl *slot) error {
 	return nil
 }
 
+// finished implements link: TCP holds nothing per slot.
+func (l *tcpLink) finished(*slot) {}
+
 func (l *tcpLink) enqueue(it txItem) {
 	l.qmu.Lock()
 	l.q = append(l.q, it)

@@ -71,8 +71,11 @@ type HostConfig struct {
 	// SelfManaged: the protocol tracks its slots' life itself (iSCSI's
 	// are shared with its TCP transport): send completions go to
 	// HostHandler.Sent, and Acquire, Post, Respond and sweeping are not
-	// used.
+	// used. Such a queue frees itself when its completion goroutine
+	// stops (after Drainer.Drained).
 	SelfManaged bool
+	// OwnPD: the queue closes PD with its other resources.
+	OwnPD bool
 	// ReqErr maps the reason a queue failed to the error its requests
 	// complete with (e.g. wrapping it as a lost connection); nil keeps it.
 	ReqErr func(reason error) error
@@ -144,14 +147,15 @@ type HostQueue[S any] struct {
 	credits int
 	wake    chan struct{}
 
-	ctx      context.Context
-	cancel   context.CancelFunc
-	started  bool
-	exited   chan struct{}
-	deadOnce sync.Once
-	dead     chan struct{}
-	deadErr  error // why the queue failed, set before dead is closed
-	reqErr   error // what requests fail with
+	ctx         context.Context
+	cancel      context.CancelFunc
+	started     bool
+	exited      chan struct{}
+	deadOnce    sync.Once
+	releaseOnce sync.Once
+	dead        chan struct{}
+	deadErr     error // why the queue failed, set before dead is closed
+	reqErr      error // what requests fail with
 }
 
 // HostSlot is one request context of a HostQueue: the protocol's state S,
@@ -332,7 +336,9 @@ func (q *HostQueue[S]) ReqErr() error {
 // it; the completion goroutine then completes every request in flight with
 // the error. The first reason wins. Safe from any goroutine.
 func (q *HostQueue[S]) Fail(err error) {
+	first := false
 	q.deadOnce.Do(func() {
+		first = true
 		q.deadErr, q.reqErr = err, err
 		if q.cfg.ReqErr != nil {
 			q.reqErr = q.cfg.ReqErr(err)
@@ -343,8 +349,10 @@ func (q *HostQueue[S]) Fail(err error) {
 		}
 		q.cancel()
 		q.signal()
-		q.h.Failed(err)
 	})
+	if first {
+		q.h.Failed(err)
+	}
 }
 
 func (q *HostQueue[S]) signal() {
@@ -685,6 +693,9 @@ type Drainer interface {
 // requests were swept.
 func (q *HostQueue[S]) run() {
 	defer close(q.exited)
+	if q.cfg.SelfManaged {
+		defer q.release()
+	}
 	if d, ok := q.h.(Drainer); ok {
 		defer d.Drained()
 	}
@@ -791,24 +802,29 @@ func (q *HostQueue[S]) Close(reason error) {
 	q.release()
 }
 
+// release frees the queue's resources, once. The fields keep their values:
+// a submitter racing with the end of the queue gets an error from the
+// provider, not a nil dereference.
 func (q *HostQueue[S]) release() {
-	for i := range q.slots {
-		if s := &q.slots[i]; s.fmr != nil {
-			s.fmr.Close()
-			s.fmr = nil
+	q.releaseOnce.Do(func() {
+		for i := range q.slots {
+			if s := &q.slots[i]; s.fmr != nil {
+				s.fmr.Close()
+			}
 		}
-	}
-	for _, mr := range []*rdma.MR{&q.sendMR, &q.recvMR, &q.ctlMR} {
-		if *mr != nil {
-			(*mr).Deregister()
-			*mr = nil
+		for _, mr := range []rdma.MR{q.sendMR, q.recvMR, q.ctlMR} {
+			if mr != nil {
+				mr.Deregister()
+			}
 		}
-	}
-	if q.qp != nil {
-		q.qp.Close()
-	}
-	if q.cq != nil {
-		q.cq.Close()
-		q.cq = nil
-	}
+		if q.qp != nil {
+			q.qp.Close()
+		}
+		if q.cq != nil {
+			q.cq.Close()
+		}
+		if q.cfg.OwnPD && q.cfg.PD != nil {
+			q.cfg.PD.Close()
+		}
+	})
 }
