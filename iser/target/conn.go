@@ -82,7 +82,7 @@ type ctl struct {
 	advance bool   // consumes a StatSN
 	r2t     *task  // an R2T of this task (StatSN not advanced)
 	gen     uint16 // r2t's generation when the R2T was queued
-	close   bool   // drop the connection once sent (Logout)
+	close   bool   // drop the connection once sent (Logout, cold reset)
 }
 
 // transport is what differs between iSCSI/TCP and iSER.
@@ -648,9 +648,10 @@ func (c *conn) cid() uint16 { return c.connID }
 
 func (c *conn) localAddr() net.Addr { return c.x.localAddr() }
 
-// sendAsync sends an Asynchronous Message.
+// sendAsync sends an Asynchronous Message; one announcing that the target
+// drops the connection drops it once sent.
 func (c *conn) sendAsync(ev iser.AsyncEvent) {
-	r := &ctl{advance: true}
+	r := &ctl{advance: true, close: ev == iser.AsyncDroppingConnection || ev == iser.AsyncDroppingAllConnections}
 	f := iser.AsyncMessageFields{Event: ev}
 	switch ev {
 	case iser.AsyncRequestLogout:
@@ -674,7 +675,8 @@ func (c *conn) onTMF(p iser.PDU) {
 	go func() {
 		defer c.tmfWG.Done()
 		resp := c.tmf(f)
-		r := &ctl{advance: true}
+		// A cold reset ends the connection once its response is sent.
+		r := &ctl{advance: true, close: f.Function == iser.TMFTargetColdReset && resp == iser.TMFComplete}
 		iser.TaskMgmtResponse(r.hdr[:]).Encode(&iser.TaskMgmtResponseFields{Response: resp, ITT: f.ITT})
 		c.x.send(r)
 	}()
@@ -758,15 +760,7 @@ func (c *conn) tmf(f iser.TaskMgmtRequestFields) uint8 {
 			c.release(tk)
 		}
 	}
-	resp := tmfCode(c.sess.scsi.TaskManagement(ctx, fn, lun, uint64(f.ReferencedTaskTag)))
-	if fn == scsi.TMFTargetColdReset && resp == iser.TMFComplete {
-		// A cold reset ends the connections (after the response).
-		go func() {
-			time.Sleep(100 * time.Millisecond)
-			c.drop("target cold reset")
-		}()
-	}
-	return resp
+	return tmfCode(c.sess.scsi.TaskManagement(ctx, fn, lun, uint64(f.ReferencedTaskTag)))
 }
 
 // dropLocked aborts a task that has not reached Execute. It reports

@@ -234,7 +234,8 @@ func (x *iserConn) Fetched(s *rdmaq.Slot[struct{}]) error {
 func (x *iserConn) Sent(s *rdmaq.Slot[struct{}]) { x.c.release(&x.c.tasks[s.Index()]) }
 
 // CtlSent implements rdmaq.TargetHandler: a control buffer is free again;
-// a Logout Response (or a failed login's response) ends the connection.
+// a Logout Response, a cold reset's TMF Response or a failed login's
+// response ends the connection.
 func (x *iserConn) CtlSent(i int) error {
 	x.smu.Lock()
 	cl := x.ctlClose[i]
@@ -246,7 +247,7 @@ func (x *iserConn) CtlSent(i int) error {
 	case cl && x.c == nil:
 		return errLoginFailed
 	case cl:
-		x.c.drop("logout")
+		x.c.drop("the PDU sent ends the connection (logout, cold reset)")
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package target
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -47,9 +46,13 @@ func (t *Target) openSession(ls iser.Session, id iser.LoginIdentity, c *conn) (*
 		ProtocolID:    scsi.ProtocolISCSI,
 		TargetPort:    fmt.Sprintf("%s,t,0x%x", s.node.cfg.Name, t.cfg.PortalGroupTag),
 	}
-	for attempt := 0; ; attempt++ {
+	for {
 		// Session reinstatement (RFC 7143 section 6.3.5): a login with
-		// TSIH 0 and the ISID of a live session replaces it.
+		// TSIH 0 and the ISID of a live session replaces it. Logins look
+		// for the old session and create the nexus under openMu, so two
+		// logins with one ISID cannot both miss each other: the second
+		// finds the first and waits for it to end.
+		t.openMu.Lock()
 		t.mu.Lock()
 		var old *session
 		for _, o := range t.sessions {
@@ -59,29 +62,28 @@ func (t *Target) openSession(ls iser.Session, id iser.LoginIdentity, c *conn) (*
 			}
 		}
 		t.mu.Unlock()
-		if old != nil {
-			t.log.Info("iscsi: reinstating session", "initiator", port, "old_tsih", old.tsih, "tsih", s.tsih)
-			old.conn.drop("session reinstatement")
-			select {
-			case <-old.conn.done:
-			case <-time.After(10 * time.Second):
-				return nil, fmt.Errorf("session %d did not end for reinstatement", old.tsih)
+		if old == nil {
+			ss, err := s.node.scsi.NewSession(cfg)
+			if err != nil {
+				t.openMu.Unlock()
+				return nil, err
 			}
-		}
-		ss, err := s.node.scsi.NewSession(cfg)
-		if err == nil {
 			s.scsi = ss
-			break
+			t.mu.Lock()
+			t.sessions[s.tsih] = s
+			t.mu.Unlock()
+			t.openMu.Unlock()
+			return s, nil
 		}
-		if !errors.Is(err, scsi.ErrDuplicateSession) || attempt > 50 {
-			return nil, err
+		t.openMu.Unlock()
+		t.log.Info("iscsi: reinstating session", "initiator", port, "old_tsih", old.tsih, "tsih", s.tsih)
+		old.conn.drop("session reinstatement")
+		select {
+		case <-old.conn.done:
+		case <-time.After(10 * time.Second):
+			return nil, fmt.Errorf("session %d did not end for reinstatement", old.tsih)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	t.mu.Lock()
-	t.sessions[s.tsih] = s
-	t.mu.Unlock()
-	return s, nil
 }
 
 // close forgets the session (its nexus is closed by the connection) and

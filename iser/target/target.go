@@ -147,6 +147,7 @@ type Target struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	openMu   sync.Mutex // serializes the nexus creation of logins (session.go)
 	mu       sync.Mutex
 	nextTSIH uint16
 	sessions map[uint16]*session
@@ -456,8 +457,8 @@ func (t *Target) releaseTSIH(v uint16) {
 }
 
 // Close stops every listener, drops every connection (after an
-// Asynchronous Message announcing it) and waits for them to end. The disks
-// stay open: they belong to the caller.
+// Asynchronous Message announcing it has been sent, or a second) and
+// waits for them to end. The disks stay open: they belong to the caller.
 func (t *Target) Close() error {
 	t.mu.Lock()
 	if t.closed {
@@ -486,8 +487,16 @@ func (t *Target) Close() error {
 	for _, s := range sess {
 		s.announceDrop()
 	}
-	if len(sess) > 0 {
-		time.Sleep(50 * time.Millisecond) // let the announcements go out
+	// Each announcement ends its connection once sent; a peer that does
+	// not take it within the bound is cut below.
+	deadline := time.After(time.Second)
+wait:
+	for _, s := range sess {
+		select {
+		case <-s.conn.done:
+		case <-deadline:
+			break wait
+		}
 	}
 	t.cancel()
 	for _, c := range conns {

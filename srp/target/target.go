@@ -428,14 +428,19 @@ func (t *Target) Close() error {
 	for _, l := range ls {
 		l.Close()
 	}
+	var chs []*channel
 	for _, p := range ports {
-		p.logoutAll(srp.TLogoutNoReason)
+		chs = append(chs, p.logoutAll(srp.TLogoutNoReason)...)
 	}
-	// Give the SRP_T_LOGOUTs a moment to leave before cutting the rest.
-	deadline := time.Now().Add(1500 * time.Millisecond)
-	for _, p := range ports {
-		for p.Channels() > 0 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
+	// Each channel ends once its SRP_T_LOGOUT was sent; those that do not
+	// within the bound are cut.
+	deadline := time.After(1500 * time.Millisecond)
+wait:
+	for _, ch := range chs {
+		select {
+		case <-ch.ended:
+		case <-deadline:
+			break wait
 		}
 	}
 	t.cancel()
@@ -522,7 +527,8 @@ func (p *Port) Channels() int {
 	return n
 }
 
-func (p *Port) logoutAll(r srp.TLogoutReason) {
+// logoutAll logs every channel of the port out and returns them.
+func (p *Port) logoutAll(r srp.TLogoutReason) []*channel {
 	p.mu.Lock()
 	p.removed = true
 	var chs []*channel
@@ -533,6 +539,7 @@ func (p *Port) logoutAll(r srp.TLogoutReason) {
 	for _, ch := range chs {
 		ch.logout(r)
 	}
+	return chs
 }
 
 // allowed checks the ACL.

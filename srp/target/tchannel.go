@@ -117,6 +117,7 @@ type channel struct {
 
 	endOnce sync.Once
 	stop    sync.Once
+	ended   chan struct{} // closed when the channel's resources are freed
 }
 
 type aerEvent struct {
@@ -137,7 +138,7 @@ func (t *Target) newChannel(prov rdma.Provider, p *Port, f srp.LoginReqFields, i
 	cfg := &t.cfg
 	ch := &channel{
 		t: t, port: p, id: t.chanID.Add(1), ipid: f.InitiatorPortID, peer: peer,
-		depth: cfg.QueueDepth, iuLen: int(f.ReqITIULen), immOff: immOff,
+		depth: cfg.QueueDepth, iuLen: int(f.ReqITIULen), immOff: immOff, ended: make(chan struct{}),
 	}
 	ch.log = t.log.With("channel", ch.id)
 	ch.ctx, ch.cancel = context.WithCancel(t.ctx)
@@ -206,6 +207,7 @@ func (ch *channel) end(reason string) {
 		ch.pool.Close()
 		ch.wg.Wait()
 		ch.release()
+		close(ch.ended)
 	})
 }
 
