@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/rdisk/rdisk/backstore"
@@ -178,42 +179,47 @@ func FuzzTargetPDUs(f *testing.F) {
 // TestDemux checks the first-bytes dispatch: an MPA request on a portal
 // without an RDMA provider is closed, garbage too, and an iSCSI login
 // works.
+// TestDemux runs in a synctest bubble: the connection that is neither MPA
+// nor iSCSI is given up after the client's 5 s read deadline, which fake
+// time makes instant.
 func TestDemux(t *testing.T) {
-	tg := newTestTarget(t, nil)
-	for _, first := range []string{mpaKey + "\x00\x00\x00\x00", "GET / HTTP/1.1\r\n\r\n"} {
-		cli, srv := net.Pipe()
-		done := make(chan struct{})
-		go func() { tg.serveConn(srv); close(done) }()
-		go cli.Write([]byte(first))
-		cli.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if _, err := cli.Read(make([]byte, 1)); err == nil {
-			t.Errorf("%q: the target answered", first)
+	synctest.Test(t, func(t *testing.T) {
+		tg := newTestTarget(t, nil)
+		for _, first := range []string{mpaKey + "\x00\x00\x00\x00", "GET / HTTP/1.1\r\n\r\n"} {
+			cli, srv := net.Pipe()
+			done := make(chan struct{})
+			go func() { tg.serveConn(srv); close(done) }()
+			go cli.Write([]byte(first))
+			cli.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := cli.Read(make([]byte, 1)); err == nil {
+				t.Errorf("%q: the target answered", first)
+			}
+			cli.Close()
+			<-done
 		}
-		cli.Close()
+		c, r, w, ls, done := loginPipe(t, tg, true)
+		// SendTargets in the discovery session.
+		h := make([]byte, iser.BHSSize)
+		iser.TextRequest(h).Encode(&iser.TextRequestFields{Immediate: true, Final: true, ITT: 5, TTT: iser.ReservedTag, CmdSN: ls.CmdSN})
+		if err := w.WritePDU(h, nil, iser.AppendKeyValue(nil, "SendTargets", "All")); err != nil {
+			t.Fatal(err)
+		}
+		p, err := r.ReadPDU(make([]byte, iser.MaxHeaderLength), make([]byte, 1<<18))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := iser.ParseSendTargets(p.Data)
+		if err != nil || len(recs) != 1 || recs[0].Name != fuzzIQN {
+			t.Fatalf("SendTargets: %+v, %v", recs, err)
+		}
+		// A SCSI command in a discovery session is rejected.
+		iser.SCSICommand(h).Encode(&iser.SCSICommandFields{Final: true, ITT: 6, CmdSN: ls.CmdSN})
+		w.WritePDU(h, nil, nil)
+		p, err = r.ReadPDU(make([]byte, iser.MaxHeaderLength), make([]byte, 1<<18))
+		if err != nil || p.BHS.Opcode() != iser.OpReject {
+			t.Fatalf("SCSI command in a discovery session: %v, %v", p.BHS.Opcode(), err)
+		}
+		c.Close()
 		<-done
-	}
-	c, r, w, ls, done := loginPipe(t, tg, true)
-	// SendTargets in the discovery session.
-	h := make([]byte, iser.BHSSize)
-	iser.TextRequest(h).Encode(&iser.TextRequestFields{Immediate: true, Final: true, ITT: 5, TTT: iser.ReservedTag, CmdSN: ls.CmdSN})
-	if err := w.WritePDU(h, nil, iser.AppendKeyValue(nil, "SendTargets", "All")); err != nil {
-		t.Fatal(err)
-	}
-	p, err := r.ReadPDU(make([]byte, iser.MaxHeaderLength), make([]byte, 1<<18))
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs, err := iser.ParseSendTargets(p.Data)
-	if err != nil || len(recs) != 1 || recs[0].Name != fuzzIQN {
-		t.Fatalf("SendTargets: %+v, %v", recs, err)
-	}
-	// A SCSI command in a discovery session is rejected.
-	iser.SCSICommand(h).Encode(&iser.SCSICommandFields{Final: true, ITT: 6, CmdSN: ls.CmdSN})
-	w.WritePDU(h, nil, nil)
-	p, err = r.ReadPDU(make([]byte, iser.MaxHeaderLength), make([]byte, 1<<18))
-	if err != nil || p.BHS.Opcode() != iser.OpReject {
-		t.Fatalf("SCSI command in a discovery session: %v, %v", p.BHS.Opcode(), err)
-	}
-	c.Close()
-	<-done
+	})
 }
