@@ -217,6 +217,25 @@ type QP interface {
 	Close() error
 }
 
+// StreamProvider is implemented by providers whose connections are byte
+// streams (iWARP over TCP), so a protocol may share a TCP port with RDMA
+// (iSCSI/TCP and iSER on 3260): its demultiplexer asks the provider whether
+// a new stream starts an RDMA connection request and hands such streams
+// over, without knowing the provider's wire format.
+type StreamProvider interface {
+	Provider
+	// ConnRequestPrefix is the number of first bytes of a stream that
+	// IsConnRequest needs.
+	ConnRequestPrefix() int
+	// IsConnRequest reports whether first, the first ConnRequestPrefix
+	// bytes of a stream, start an RDMA connection request.
+	IsConnRequest(first []byte) bool
+	// ServeConn runs the responder side of the connection manager on an
+	// accepted stream whose first bytes may have been read already (rest).
+	// The request is returned like one from a Listener.
+	ServeConn(ctx context.Context, c net.Conn, rest []byte) (ConnRequest, error)
+}
+
 // Listener waits for connection requests.
 type Listener interface {
 	// Accept waits for the next connection request.

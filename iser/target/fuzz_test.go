@@ -185,7 +185,7 @@ func FuzzTargetPDUs(f *testing.F) {
 func TestDemux(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tg := newTestTarget(t, nil)
-		for _, first := range []string{mpaKey + "\x00\x00\x00\x00", "GET / HTTP/1.1\r\n\r\n"} {
+		for _, first := range []string{"MPA ID Req Frame\x00\x00\x00\x00", "GET / HTTP/1.1\r\n\r\n"} {
 			cli, srv := net.Pipe()
 			done := make(chan struct{})
 			go func() { tg.serveConn(srv); close(done) }()

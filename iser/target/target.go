@@ -32,26 +32,15 @@ const (
 	DefaultLoginTimeout = 15 * time.Second
 )
 
-// mpaKey is the start of an MPA request frame (RFC 5044): what an iWARP
-// initiator sends first on a portal connection.
-const mpaKey = "MPA ID Req Frame"
-
-// MPAProvider is an RDMA provider that can take over an accepted TCP
-// connection whose first bytes were an MPA request: *iwarp.Provider.
-type MPAProvider interface {
-	rdma.Provider
-	ServeConn(ctx context.Context, c net.Conn, rest []byte) (rdma.ConnRequest, error)
-}
-
 // Config describes a Target: the iSCSI targets it exports and how it serves
 // them. Only Targets is required.
 type Config struct {
 	// Targets are the iSCSI targets (IQNs) exported through the portal.
 	Targets []TargetConfig
-	// Provider serves iSER: connections whose first bytes are an MPA
-	// request are handed to it. Nil serves iSCSI over TCP only (MPA
-	// connections are closed).
-	Provider MPAProvider
+	// Provider serves iSER: connections whose first bytes start an RDMA
+	// connection request (for iWARP, an MPA request) are handed to it. Nil
+	// serves iSCSI over TCP only (such connections are closed).
+	Provider rdma.StreamProvider
 	// Logger receives connection and session events; nil discards them.
 	Logger *slog.Logger
 	// ConnHook, if set, is called with +1 when a connection is accepted
@@ -399,7 +388,8 @@ func (t *Target) untrack(c io.Closer) {
 	t.mu.Unlock()
 }
 
-// serveConn tells iSER from iSCSI/TCP by the first bytes.
+// serveConn tells iSER from iSCSI/TCP by the first bytes, which the RDMA
+// provider recognizes (for iWARP, an MPA request frame).
 func (t *Target) serveConn(c net.Conn) {
 	defer c.Close()
 	if tc, ok := c.(*net.TCPConn); ok {
@@ -407,26 +397,24 @@ func (t *Target) serveConn(c net.Conn) {
 	}
 	br := bufio.NewReaderSize(c, 64<<10)
 	c.SetReadDeadline(time.Now().Add(t.cfg.LoginTimeout))
-	first, err := br.Peek(len(mpaKey))
-	if err != nil {
-		t.log.Debug("iscsi: connection closed before its first PDU", "peer", c.RemoteAddr(), "err", err)
-		return
-	}
-	if string(first) == mpaKey {
-		if t.cfg.Provider == nil {
-			t.log.Info("iscsi: MPA request on a portal without an RDMA provider; closing", "peer", c.RemoteAddr())
-			return
-		}
-		rest, _ := br.Peek(br.Buffered())
-		rest = slices.Clone(rest)
-		c.SetReadDeadline(time.Time{})
-		req, err := t.cfg.Provider.ServeConn(t.ctx, c, rest)
+	if p := t.cfg.Provider; p != nil {
+		first, err := br.Peek(p.ConnRequestPrefix())
 		if err != nil {
-			t.log.Info("iscsi: MPA handshake failed", "peer", c.RemoteAddr(), "err", err)
+			t.log.Debug("iscsi: connection closed before its first PDU", "peer", c.RemoteAddr(), "err", err)
 			return
 		}
-		t.serveISER(req)
-		return
+		if p.IsConnRequest(first) {
+			rest, _ := br.Peek(br.Buffered())
+			rest = slices.Clone(rest)
+			c.SetReadDeadline(time.Time{})
+			req, err := p.ServeConn(t.ctx, c, rest)
+			if err != nil {
+				t.log.Info("iscsi: RDMA connection request failed", "peer", c.RemoteAddr(), "err", err)
+				return
+			}
+			t.serveISER(req)
+			return
+		}
 	}
 	t.serveTCP(c, br)
 }

@@ -404,6 +404,13 @@ func (p *Provider) Listen(ctx context.Context, addr string) (rdma.Listener, erro
 	return newListener(p, ln), nil
 }
 
+// ConnRequestPrefix implements rdma.StreamProvider: the MPA key.
+func (p *Provider) ConnRequestPrefix() int { return len(mpaKeyReq) }
+
+// IsConnRequest implements rdma.StreamProvider: an MPA request frame
+// starts with its key (RFC 5044 section 7.1).
+func (p *Provider) IsConnRequest(first []byte) bool { return string(first) == mpaKeyReq }
+
 // ServeConn runs the responder side of MPA on an already accepted TCP
 // connection whose bytes may have been peeked by a protocol demultiplexer
 // (rest is what the caller already read). The request is returned like one

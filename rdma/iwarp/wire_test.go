@@ -438,3 +438,23 @@ func FuzzReceive(f *testing.F) {
 		}
 	})
 }
+
+// TestIsConnRequest: the demultiplexers of shared ports (iSCSI/iSER on
+// 3260) recognize an MPA request by its key and nothing else.
+func TestIsConnRequest(t *testing.T) {
+	t.Parallel()
+	p, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var sp rdma.StreamProvider = p
+	if n := sp.ConnRequestPrefix(); n != 16 {
+		t.Fatalf("ConnRequestPrefix = %d, want the 16-byte MPA key", n)
+	}
+	for first, want := range map[string]bool{"MPA ID Req Frame": true, "MPA ID Rep Frame": false, "\x43\x87\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00": false} {
+		if got := sp.IsConnRequest([]byte(first)); got != want {
+			t.Errorf("IsConnRequest(%q) = %v, want %v", first, got, want)
+		}
+	}
+}
