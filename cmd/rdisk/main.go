@@ -1,4 +1,3 @@
-// Command rdisk is the rdisk storage target, initiator and benchmark tool.
 package main
 
 import (
