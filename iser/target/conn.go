@@ -268,7 +268,7 @@ func (c *conn) window() iser.CmdWindow {
 	return c.win
 }
 
-// checkSN classifies a non-immediate PDU's CmdSN. In-window PDUs that are
+// consumeSN classifies a non-immediate PDU's CmdSN. In-window PDUs that are
 // not SCSI commands consume their CmdSN at once (they hold no slot).
 func (c *conn) consumeSN(cmdSN uint32, immediate bool) bool {
 	if immediate {

@@ -71,7 +71,7 @@ func (c *controller) traffic() {
 	c.mu.Unlock()
 }
 
-// armKeepAlive (re)starts keep-alive enforcement for kato (0 disables it).
+// armKeepAliveLocked (re)starts keep-alive enforcement for kato (0 disables it).
 // Caller holds mu.
 func (c *controller) armKeepAliveLocked() {
 	if c.kaTimer != nil {

@@ -7,7 +7,8 @@ import (
 	"github.com/rdisk/rdisk/nvmeof"
 )
 
-// Controller properties (NVMe over Fabrics §3.5: Property Get/Set).
+// capValue is the controller's CAP property (NVMe over Fabrics §3.5:
+// Property Get/Set).
 func (c *controller) capValue() nvmeof.CAP {
 	mqes := c.port.cfg.MaxQueueSize - 1
 	if c.disc {

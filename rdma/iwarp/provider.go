@@ -365,7 +365,7 @@ func (p *Provider) invalidate(stag uint32, owner *pd) bool {
 	return true
 }
 
-// lookupLocal resolves a local SGE to memory.
+// lookupSGE resolves a local SGE to memory.
 func lookupSGE(owner *pd, s *rdma.SGE, need rdma.Access) ([]byte, error) {
 	if s.MR == nil {
 		return nil, rdma.ErrBadSGE

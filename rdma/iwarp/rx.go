@@ -61,7 +61,8 @@ func (r *rxState) init() {
 	r.first = true
 }
 
-// rxError is a protocol violation found while receiving.
+// rxTerm returns the protocol violation found while receiving, as the
+// Terminate (layer, type, code) it is answered with.
 func rxTerm(layer, etype, ecode uint8, format string, args ...any) *termError {
 	return &termError{Layer: layer, EType: etype, ECode: ecode, Msg: fmt.Sprintf(format, args...)}
 }
@@ -342,7 +343,7 @@ func (q *qp) rxOne() error {
 	return nil
 }
 
-// tagged maps a protection check result to the DDP tagged-buffer code.
+// ddpTaggedCode maps a protection check result to the DDP tagged-buffer code.
 func ddpTaggedCode(rdmapCode uint8) uint8 {
 	switch rdmapCode {
 	case rdmapECodeBaseBounds:
