@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
+	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/iser"
 	"github.com/rdisk/rdisk/rdma"
+	"github.com/rdisk/rdisk/rdma/rdmaq"
 	"github.com/rdisk/rdisk/scsi"
 	"github.com/rdisk/rdisk/scsi/host"
 )
@@ -97,7 +98,7 @@ func (s *Session) Device(ctx context.Context, lun uint64) (*Device, error) {
 	}
 	d := &Device{s: s, lun: lun, lu: lu}
 	d.info = lu.Info(fmt.Sprintf("%s://%s/%s/%d", URL{Transport: s.tr}.Scheme(), s.addr, s.params.TargetName, lun), 1, s.depth)
-	d.aux = alignedBuffer(len(s.slots)*auxStride + lu.BlockSize)
+	d.aux = backstore.AlignedBuffer(len(s.slots)*auxStride+lu.BlockSize, 4096)
 	d.zero = d.aux[len(s.slots)*auxStride:]
 	if s.tr == iser.TransportISER {
 		l := s.lk.(*iserLink)
@@ -123,46 +124,19 @@ func (d *Device) Info() blockdev.Info { return d.info }
 // Done is closed when the session failed or was closed.
 func (d *Device) Done() <-chan struct{} { return d.s.dead }
 
-// buffer is a blockdev.Buffer of a Device.
-type buffer struct {
-	d        *Device
-	mem      []byte
-	mr       rdma.MR
-	released atomic.Bool
-}
-
-func (b *buffer) Bytes() []byte { return b.mem }
-
-func (b *buffer) Release() error {
-	if b.released.Swap(true) {
-		return nil
-	}
-	if b.mr != nil {
-		return b.mr.Deregister()
-	}
-	return nil
-}
-
-// alignedBuffer returns n bytes aligned to 4096.
-func alignedBuffer(n int) []byte {
-	b := make([]byte, n+4096)
-	off := int((4096 - uintptr(unsafe.Pointer(&b[0]))%4096) % 4096)
-	return b[off : off+n : off+n]
-}
-
 // AllocBuffer implements blockdev.Device: size bytes, 4096-aligned,
 // registered with the session's RDMA protection domain on iSER.
 func (d *Device) AllocBuffer(size int) (blockdev.Buffer, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("iscsi: buffer of %d bytes: %w", size, blockdev.ErrBuffer)
 	}
-	b := &buffer{d: d, mem: alignedBuffer(size)}
+	var pd rdma.PD // plain memory on iSCSI/TCP
 	if l, ok := d.s.lk.(*iserLink); ok {
-		mr, err := l.pd.RegisterMemory(b.mem, rdma.AccessLocalWrite|rdma.AccessRemoteWrite|rdma.AccessRemoteRead)
-		if err != nil {
-			return nil, fmt.Errorf("iscsi: registering %d bytes: %w", size, err)
-		}
-		b.mr = mr
+		pd = l.pd
+	}
+	b, err := rdmaq.NewBuffer(pd, size, rdma.AccessLocalWrite|rdma.AccessRemoteWrite|rdma.AccessRemoteRead, d)
+	if err != nil {
+		return nil, fmt.Errorf("iscsi: %w", err)
 	}
 	return b, nil
 }
@@ -175,10 +149,10 @@ func (d *Device) Submit(r *blockdev.Request) error {
 	if err := blockdev.Check(&d.info, r); err != nil {
 		return err
 	}
-	var b *buffer
+	var b *rdmaq.Buffer
 	if r.Op == blockdev.OpRead || r.Op == blockdev.OpWrite {
 		var ok bool
-		if b, ok = r.Buf.(*buffer); !ok || b.d != d || b.released.Load() {
+		if b, ok = r.Buf.(*rdmaq.Buffer); !ok || !b.Usable(d) {
 			return blockdev.ErrBuffer
 		}
 	}
@@ -198,7 +172,7 @@ func (d *Device) Submit(r *blockdev.Request) error {
 	sl.read, sl.write = io.Dir == scsi.DirIn, io.Dir == scsi.DirOut
 	switch io.Data {
 	case host.DataBuffer:
-		sl.buf, sl.mr, sl.mrOff = b.mem[r.BufOff:r.BufOff+r.Length], b.mr, r.BufOff
+		sl.buf, sl.mr, sl.mrOff = b.Bytes()[r.BufOff:r.BufOff+r.Length], b.MR(), r.BufOff
 	case host.DataParam:
 		sl.buf, sl.mr, sl.mrOff = d.aux[pOff:pOff+io.Len], d.auxMR, pOff
 	case host.DataZeroBlock:

@@ -6,10 +6,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/nvmeof"
 	"github.com/rdisk/rdisk/rdma"
+	"github.com/rdisk/rdisk/rdma/rdmaq"
 )
 
 // Namespace is one namespace of a controller as a blockdev.Device. Its
@@ -149,25 +149,6 @@ func (ns *Namespace) Close() error {
 	return nil
 }
 
-// buffer is registered memory handed out by AllocBuffer: one memory region
-// with local rights only; the target reaches it through per-I/O
-// fast-registration keys.
-type buffer struct {
-	c        *Controller
-	mr       rdma.MR
-	b        []byte
-	released atomic.Bool
-}
-
-func (b *buffer) Bytes() []byte { return b.b }
-
-func (b *buffer) Release() error {
-	if b.released.Swap(true) {
-		return nil
-	}
-	return b.mr.Deregister()
-}
-
 // AllocBuffer implements blockdev.Device: size bytes, 4096-aligned,
 // registered with the controller's protection domain. Buffers serve every
 // namespace of the controller.
@@ -175,18 +156,12 @@ func (ns *Namespace) AllocBuffer(size int) (blockdev.Buffer, error) { return ns.
 
 // AllocBuffer returns size bytes of registered memory for I/O.
 func (c *Controller) AllocBuffer(size int) (blockdev.Buffer, error) {
-	if size <= 0 {
-		return nil, fmt.Errorf("buffer of %d bytes", size)
-	}
 	if c.Err() != nil {
 		return nil, blockdev.ErrClosed
 	}
-	b := backstore.AlignedBuffer(size, 4096)
-	mr, err := c.pd.RegisterMemory(b, rdma.AccessLocalWrite)
-	if err != nil {
-		return nil, fmt.Errorf("registering %d bytes: %w", size, err)
-	}
-	return &buffer{c: c, mr: mr, b: b}, nil
+	// One memory region with local rights only: the target reaches it
+	// through per-I/O fast-registration keys.
+	return rdmaq.NewBuffer(c.pd, size, rdma.AccessLocalWrite, c)
 }
 
 // RegisterBuffer registers memory the caller owns for I/O on this
@@ -194,17 +169,10 @@ func (c *Controller) AllocBuffer(size int) (blockdev.Buffer, error) {
 // capability beside blockdev.Device). mem must stay untouched in size and
 // alive until Release; it need not be aligned.
 func (ns *Namespace) RegisterBuffer(mem []byte) (blockdev.Buffer, error) {
-	if len(mem) == 0 {
-		return nil, fmt.Errorf("registering an empty buffer")
-	}
 	if ns.c.Err() != nil {
 		return nil, blockdev.ErrClosed
 	}
-	mr, err := ns.c.pd.RegisterMemory(mem, rdma.AccessLocalWrite)
-	if err != nil {
-		return nil, fmt.Errorf("registering %d bytes: %w", len(mem), err)
-	}
-	return &buffer{c: ns.c, mr: mr, b: mem}, nil
+	return rdmaq.RegisterBuffer(ns.c.pd, mem, rdma.AccessLocalWrite, ns.c)
 }
 
 // Done is closed when the controller failed or was closed: requests then
@@ -220,10 +188,10 @@ func (ns *Namespace) Submit(r *blockdev.Request) error {
 	if ns.closed.Load() {
 		return blockdev.ErrClosed
 	}
-	var buf *buffer
+	var buf *rdmaq.Buffer
 	if r.Op == blockdev.OpRead || r.Op == blockdev.OpWrite {
-		b, ok := r.Buf.(*buffer)
-		if !ok || b.c != ns.c || b.released.Load() {
+		b, ok := r.Buf.(*rdmaq.Buffer)
+		if !ok || !b.Usable(ns.c) {
 			return blockdev.ErrBuffer
 		}
 		buf = b
@@ -252,9 +220,9 @@ func (ns *Namespace) Submit(r *blockdev.Request) error {
 		}
 		if r.Op == blockdev.OpWrite && r.Length <= q.inCapsule {
 			f.DPTR = nvmeof.SGLFields{Identifier: nvmeof.SGLInCapsule, Address: 0, Length: uint32(r.Length)}
-			data = rdma.SGE{MR: buf.mr, Offset: r.BufOff, Length: r.Length}
+			data = rdma.SGE{MR: buf.MR(), Offset: r.BufOff, Length: r.Length}
 		} else {
-			rkey, va, err := q.hq.Map(s, buf.mr, r.BufOff, r.Length, access)
+			rkey, va, err := q.hq.Map(s, buf.MR(), r.BufOff, r.Length, access)
 			if err != nil {
 				q.putFree(s)
 				return fmt.Errorf("nvme %s: mapping the buffer: %w", x.name, err)

@@ -126,10 +126,7 @@ type HostQueue[S any] struct {
 	recvBuf []byte
 	recvMR  rdma.MR
 	stride  int
-	ctlBuf  []byte
-	ctlMR   rdma.MR
-	ctlLen  int
-	ctlWR   []ctlWR
+	ctl     ctlBuffers
 	slots   []HostSlot[S]
 
 	// Completion loop state (its goroutine only).
@@ -224,13 +221,8 @@ func NewHostQueue[S any](cfg HostConfig, h HostHandler[S]) (*HostQueue[S], error
 	if q.recvMR, err = cfg.PD.RegisterMemory(q.recvBuf, rdma.AccessLocalWrite); err != nil {
 		return fail("registering receive buffers", err)
 	}
-	if cfg.Ctl > 0 {
-		q.ctlLen = roundUp(max(cfg.CtlLen, 1), 64)
-		q.ctlBuf = backstore.AlignedBuffer(cfg.Ctl*q.ctlLen, pageSize)
-		if q.ctlMR, err = cfg.PD.RegisterMemory(q.ctlBuf, rdma.AccessLocalWrite); err != nil {
-			return fail("registering control buffers", err)
-		}
-		q.ctlWR = make([]ctlWR, cfg.Ctl)
+	if err := q.ctl.init(cfg.PD, cfg.Ctl, cfg.CtlLen); err != nil {
+		return fail("setting up", err)
 	}
 	q.slots = make([]HostSlot[S], nslots)
 	q.deferred = make([]*HostSlot[S], 0, nslots)
@@ -656,24 +648,17 @@ func (q *HostQueue[S]) Overdue(now int64, d time.Duration) *HostSlot[S] {
 }
 
 // CtlBuf returns control buffer i.
-func (q *HostQueue[S]) CtlBuf(i int) []byte {
-	return q.ctlBuf[i*q.ctlLen : i*q.ctlLen+q.cfg.CtlLen : i*q.ctlLen+q.cfg.CtlLen]
-}
+func (q *HostQueue[S]) CtlBuf(i int) []byte { return q.ctl.get(i) }
 
 // SendCtl posts the first n bytes of control buffer i, signaled when
 // signaled is set (its completion is then reported to CtlSent when the
 // handler implements CtlSender).
 func (q *HostQueue[S]) SendCtl(i, n int, signaled bool) error {
-	c := &q.ctlWR[i]
-	c.sge[0] = rdma.SGE{MR: q.ctlMR, Offset: i * q.ctlLen, Length: n}
-	c.wr = rdma.SendWR{ID: kindCtl | uint64(i), Op: rdma.OpSend, SGL: c.sge[:]}
+	var flags rdma.WRFlags
 	if signaled {
-		c.wr.Flags = rdma.Signaled
+		flags = rdma.Signaled
 	}
-	if err := q.qp.PostSend(&c.wr); err != nil {
-		return fmt.Errorf("rdmaq: posting a control message: %w", err)
-	}
-	return nil
+	return q.ctl.send(q.qp, i, n, flags)
 }
 
 // CtlSender is optionally implemented by a HostHandler that wants the send
@@ -812,7 +797,7 @@ func (q *HostQueue[S]) release() {
 				s.fmr.Close()
 			}
 		}
-		for _, mr := range []rdma.MR{q.sendMR, q.recvMR, q.ctlMR} {
+		for _, mr := range []rdma.MR{q.sendMR, q.recvMR, q.ctl.mr} {
 			if mr != nil {
 				mr.Deregister()
 			}

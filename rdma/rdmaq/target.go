@@ -136,10 +136,7 @@ type TargetQueue[R any] struct {
 	respBuf  []byte
 	respMR   rdma.MR
 	respLen  int // bytes per response buffer
-	ctlBuf   []byte
-	ctlMR    rdma.MR
-	ctlLen   int
-	ctlWR    []ctlWR
+	ctl      ctlBuffers
 	implicit rdma.MR
 	slots    []Slot[R]
 
@@ -152,11 +149,6 @@ type TargetQueue[R any] struct {
 	mu      sync.Mutex // guards free and pending
 	free    []int32
 	pending []Msg
-}
-
-type ctlWR struct {
-	wr  rdma.SendWR
-	sge [1]rdma.SGE
 }
 
 // Slot is one request context of a TargetQueue: the protocol's request
@@ -250,13 +242,8 @@ func NewTargetQueue[R any](cfg TargetConfig, h TargetHandler[R]) (*TargetQueue[R
 	if q.respMR, err = q.pd.RegisterMemory(q.respBuf, rdma.AccessLocalWrite); err != nil {
 		return fail("registering response buffers", err)
 	}
-	if cfg.Ctl > 0 {
-		q.ctlLen = roundUp(max(cfg.CtlLen, 1), 64)
-		q.ctlBuf = backstore.AlignedBuffer(cfg.Ctl*q.ctlLen, pageSize)
-		if q.ctlMR, err = q.pd.RegisterMemory(q.ctlBuf, rdma.AccessLocalWrite); err != nil {
-			return fail("registering control buffers", err)
-		}
-		q.ctlWR = make([]ctlWR, cfg.Ctl)
+	if err := q.ctl.init(q.pd, cfg.Ctl, cfg.CtlLen); err != nil {
+		return fail("setting up", err)
 	}
 	q.slots = make([]Slot[R], cfg.Slots)
 	q.free = make([]int32, 0, cfg.Slots)
@@ -488,20 +475,12 @@ func (q *TargetQueue[R]) Respond(s *Slot[R], n int, inv uint32, flags rdma.WRFla
 
 // CtlBuf returns control buffer i (TargetConfig.CtlLen bytes). Which
 // buffers are in use is the protocol's to track.
-func (q *TargetQueue[R]) CtlBuf(i int) []byte {
-	return q.ctlBuf[i*q.ctlLen : i*q.ctlLen+q.cfg.CtlLen : i*q.ctlLen+q.cfg.CtlLen]
-}
+func (q *TargetQueue[R]) CtlBuf(i int) []byte { return q.ctl.get(i) }
 
 // SendCtl posts the Send of the first n bytes of control buffer i; CtlSent
 // follows its completion. Calls for one buffer must not overlap.
 func (q *TargetQueue[R]) SendCtl(i, n int, flags rdma.WRFlags) error {
-	c := &q.ctlWR[i]
-	c.sge[0] = rdma.SGE{MR: q.ctlMR, Offset: i * q.ctlLen, Length: n}
-	c.wr = rdma.SendWR{ID: kindCtl | uint64(i), Op: rdma.OpSend, Flags: rdma.Signaled | flags, SGL: c.sge[:]}
-	if err := q.qp.PostSend(&c.wr); err != nil {
-		return fmt.Errorf("rdmaq: posting a control message: %w", err)
-	}
-	return nil
+	return q.ctl.send(q.qp, i, n, rdma.Signaled|flags)
 }
 
 // Run processes completions until the connection fails, a handler returns
@@ -588,7 +567,7 @@ func (q *TargetQueue[R]) Close() {
 			q.slots[i].dataMR = nil
 		}
 	}
-	for _, mr := range []*rdma.MR{&q.recvMR, &q.respMR, &q.ctlMR, &q.implicit} {
+	for _, mr := range []*rdma.MR{&q.recvMR, &q.respMR, &q.ctl.mr, &q.implicit} {
 		if *mr != nil {
 			(*mr).Deregister()
 			*mr = nil

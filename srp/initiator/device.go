@@ -145,10 +145,10 @@ func (d *Device) Submit(r *blockdev.Request) error {
 	if d.closed.Load() || d.s.closed.Load() {
 		return blockdev.ErrClosed
 	}
-	var buf *buffer
+	var buf *rdmaq.Buffer
 	if r.Op == blockdev.OpRead || r.Op == blockdev.OpWrite {
-		b, ok := r.Buf.(*buffer)
-		if !ok || b.s != d.s || b.released.Load() {
+		b, ok := r.Buf.(*rdmaq.Buffer)
+		if !ok || !b.Usable(d.s) {
 			return blockdev.ErrBuffer
 		}
 		buf = b
@@ -169,7 +169,7 @@ func (d *Device) Submit(r *blockdev.Request) error {
 	x := xfer{dir: io.Dir}
 	switch io.Data {
 	case host.DataBuffer:
-		x.mr, x.off, x.n = buf.mr, r.BufOff, r.Length
+		x.mr, x.off, x.n = buf.MR(), r.BufOff, r.Length
 	case host.DataParam:
 		x.n, x.param = io.Len, true
 	case host.DataZeroBlock:

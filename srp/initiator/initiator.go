@@ -451,40 +451,17 @@ func (s *Session) Err() error {
 	return nil
 }
 
-// buffer is registered memory handed out by AllocBuffer.
-type buffer struct {
-	s        *Session
-	mr       rdma.MR
-	b        []byte
-	released atomic.Bool
-}
-
-// Bytes implements blockdev.Buffer.
-func (b *buffer) Bytes() []byte { return b.b }
-
-// Release implements blockdev.Buffer.
-func (b *buffer) Release() error {
-	if b.released.Swap(true) {
-		return nil
-	}
-	return b.mr.Deregister()
-}
-
 // AllocBuffer returns size bytes of registered memory (4096-aligned) for
 // I/O on any channel of the session.
 func (s *Session) AllocBuffer(size int) (blockdev.Buffer, error) {
-	if size <= 0 {
-		return nil, fmt.Errorf("srp: buffer of %d bytes", size)
-	}
 	if s.closed.Load() {
 		return nil, blockdev.ErrClosed
 	}
-	b := backstore.AlignedBuffer(size, 4096)
-	mr, err := s.pd.RegisterMemory(b, rdma.AccessLocalWrite)
+	b, err := rdmaq.NewBuffer(s.pd, size, rdma.AccessLocalWrite, s)
 	if err != nil {
-		return nil, fmt.Errorf("srp: registering %d bytes: %w", size, err)
+		return nil, fmt.Errorf("srp: %w", err)
 	}
-	return &buffer{s: s, mr: mr, b: b}, nil
+	return b, nil
 }
 
 // xfer is a command's data buffer: n bytes at off in mr.
