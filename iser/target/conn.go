@@ -295,6 +295,29 @@ type xferInfo struct {
 	rva, wva     uint64
 }
 
+// dispatch handles a PDU of full feature phase other than the transport's
+// own (Data-Out on iSCSI/TCP): x is what an iSER header said about a
+// command's buffers, nil on TCP. Data-Out reaching here is a protocol
+// error (iSER moves data by RDMA).
+func (c *conn) dispatch(p iser.PDU, x *xferInfo) {
+	switch p.BHS.Opcode() {
+	case iser.OpSCSICommand:
+		c.onCommand(p, x)
+	case iser.OpNOPOut:
+		c.onNOPOut(p)
+	case iser.OpTaskMgmtRequest:
+		c.onTMF(p)
+	case iser.OpTextRequest:
+		c.onText(p)
+	case iser.OpLogoutRequest:
+		c.onLogout(p)
+	case iser.OpDataOut, iser.OpSNACKRequest, iser.OpLoginRequest:
+		c.reject(p, iser.RejectProtocolError)
+	default:
+		c.reject(p, iser.RejectCmdNotSupported)
+	}
+}
+
 // onCommand handles a SCSI Command PDU: p.Data is its immediate data (only
 // valid during the call), x what an iSER header said about the buffers.
 func (c *conn) onCommand(p iser.PDU, x *xferInfo) {

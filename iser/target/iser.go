@@ -140,24 +140,8 @@ func (x *iserConn) Recv(m rdmaq.Msg) error {
 	if c == nil {
 		return x.loginStep(p)
 	}
-	switch p.BHS.Opcode() {
-	case iser.OpSCSICommand:
-		f := ih.Fields()
-		xi := xferInfo{rsv: f.ReadValid, wsv: f.WriteValid, rstag: f.ReadSTag, wstag: f.WriteSTag, rva: f.ReadBaseOffset, wva: f.WriteBaseOffset}
-		c.onCommand(p, &xi)
-	case iser.OpNOPOut:
-		c.onNOPOut(p)
-	case iser.OpTaskMgmtRequest:
-		c.onTMF(p)
-	case iser.OpTextRequest:
-		c.onText(p)
-	case iser.OpLogoutRequest:
-		c.onLogout(p)
-	case iser.OpDataOut, iser.OpSNACKRequest, iser.OpLoginRequest:
-		c.reject(p, iser.RejectProtocolError)
-	default:
-		c.reject(p, iser.RejectCmdNotSupported)
-	}
+	f := ih.Fields()
+	c.dispatch(p, &xferInfo{rsv: f.ReadValid, wsv: f.WriteValid, rstag: f.ReadSTag, wstag: f.WriteSTag, rva: f.ReadBaseOffset, wva: f.WriteBaseOffset})
 	return nil
 }
 

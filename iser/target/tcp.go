@@ -158,27 +158,14 @@ func (tc *tcpConn) recvLoop() error {
 		if c.log.Enabled(context.Background(), levelTrace) {
 			c.log.Log(context.Background(), levelTrace, "iscsi: pdu", "op", p.BHS.Opcode(), "itt", p.BHS.ITT(), "flags", p.BHS.Flags(), "len", len(p.Data), "b20", fmt.Sprintf("%x", p.BHS[20:48]))
 		}
-		switch p.BHS.Opcode() {
-		case iser.OpSCSICommand:
-			c.onCommand(p, nil)
-		case iser.OpDataOut:
+		if p.BHS.Opcode() == iser.OpDataOut {
 			if err := tc.onDataOut(p); err != nil {
 				c.reject(p, iser.RejectProtocolError)
 				return err
 			}
-		case iser.OpNOPOut:
-			c.onNOPOut(p)
-		case iser.OpTaskMgmtRequest:
-			c.onTMF(p)
-		case iser.OpTextRequest:
-			c.onText(p)
-		case iser.OpLogoutRequest:
-			c.onLogout(p)
-		case iser.OpSNACKRequest, iser.OpLoginRequest:
-			c.reject(p, iser.RejectProtocolError)
-		default:
-			c.reject(p, iser.RejectCmdNotSupported)
+			continue
 		}
+		c.dispatch(p, nil)
 	}
 }
 
