@@ -35,7 +35,8 @@ type NamespaceConfig struct {
 	Disabled bool
 }
 
-// PortConfig describes a port: an RDMA listener.
+// PortConfig describes a port: an address a transport binding listens on
+// (NVMe/RDMA).
 type PortConfig struct {
 	ID uint16
 	// Addr is host:port; the port defaults to 4420.

@@ -34,11 +34,22 @@ type rdmaQueue struct {
 	sq *sq
 }
 
-// acceptLoop serves the port's RDMA/CM listener.
-func (p *Port) acceptLoop() {
-	defer p.t.wg.Done()
+// rdmaListener is an RDMA/CM listener behind a port.
+type rdmaListener struct{ rdma.Listener }
+
+// listenRDMA listens on addr with the target's provider.
+func (t *Target) listenRDMA(addr string) (portListener, error) {
+	ln, err := t.p.Listen(t.ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return rdmaListener{ln}, nil
+}
+
+// serve implements portListener: each connection request is one queue.
+func (l rdmaListener) serve(p *Port) {
 	for {
-		req, err := p.ln.Accept(p.t.ctx)
+		req, err := l.Accept(p.t.ctx)
 		if err != nil {
 			if !errors.Is(err, context.Canceled) && !errors.Is(err, rdma.ErrClosed) {
 				p.t.log.Warn("nvmeof: accept failed", "port", p.cfg.ID, "err", err)
@@ -53,9 +64,9 @@ func (p *Port) acceptLoop() {
 	}
 }
 
-// rdmaDiscoveryEntry fills the transport fields of a discovery log entry
-// for an RDMA port (NVMe over Fabrics 1.1 section 5.3, RDMA TSAS).
-func rdmaDiscoveryEntry(e *nvmeof.DiscoveryLogEntry) {
+// discoveryEntry implements portListener (NVMe over Fabrics 1.1 section
+// 5.3, RDMA TSAS).
+func (rdmaListener) discoveryEntry(e *nvmeof.DiscoveryLogEntry) {
 	e.TrType = nvmeof.TrTypeRDMA
 	e.RDMAQPType, e.RDMAPrType, e.RDMACMS = nvmeof.RDMAQPTypeConnected, nvmeof.RDMAPrTypeNotSpecified, nvmeof.RDMACMSRDMACM
 }

@@ -118,12 +118,25 @@ func (t *Target) Subsystem(nqn string) *Subsystem {
 type Port struct {
 	t    *Target
 	cfg  PortConfig
-	ln   rdma.Listener
+	ln   portListener
 	host string
 	svc  string
 
 	mu   sync.Mutex
 	subs []*Subsystem
+}
+
+// portListener is a transport binding's listener behind a port (rdma.go).
+type portListener interface {
+	// Addr is the address it listens on.
+	Addr() net.Addr
+	// Close stops listening.
+	Close() error
+	// serve accepts and serves connections until the listener closes.
+	serve(p *Port)
+	// discoveryEntry fills the transport fields (TRTYPE, TSAS) of the
+	// port's discovery log entries.
+	discoveryEntry(e *nvmeof.DiscoveryLogEntry)
 }
 
 // Addr is the address the port listens on.
@@ -159,7 +172,7 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 		return nil, fmt.Errorf("port %d already exists", cfg.ID)
 	}
 	t.mu.Unlock()
-	ln, err := t.p.Listen(t.ctx, net.JoinHostPort(host, svc))
+	ln, err := t.listenRDMA(net.JoinHostPort(host, svc))
 	if err != nil {
 		return nil, fmt.Errorf("port %d: %w", cfg.ID, err)
 	}
@@ -174,7 +187,10 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 	t.ports[cfg.ID] = p
 	t.mu.Unlock()
 	t.wg.Add(1)
-	go p.acceptLoop()
+	go func() {
+		defer t.wg.Done()
+		ln.serve(p)
+	}()
 	t.log.Info("nvmeof: port listening", "port", cfg.ID, "addr", ln.Addr())
 	return p, nil
 }
@@ -232,7 +248,7 @@ func (t *Target) discoveryLog(p *Port, hostNQN string) []byte {
 			PortID: portID, CNTLID: nvmeof.CNTLIDDynamic, ASQSZ: nvmeof.AdminQueueDepth,
 			TrSvcID: svc, TrAddr: host, SubNQN: nqn,
 		}
-		rdmaDiscoveryEntry(&e)
+		p.ln.discoveryEntry(&e)
 		return e
 	}
 	p.mu.Lock()
