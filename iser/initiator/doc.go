@@ -42,7 +42,8 @@
 // and WRITE SAME(16) of a zero block; it reads READ CAPACITY(16) and the
 // block limits and provisioning VPD pages at open, clears the unit
 // attentions of the new nexus, and resends a command that reports a unit
-// attention (up to three times). Nothing on the I/O path allocates.
+// attention, BUSY or TASK SET FULL (up to host.MaxRetries times, the
+// policy of package scsi/host). Nothing on the I/O path allocates.
 //
 // Any transport error or protocol violation, and a command without a
 // response for Config.CommandTimeout, fails the whole session (there is no

@@ -15,7 +15,8 @@
 // through a per-I/O fast-registration key (direct descriptor; Policy
 // forces indirect tables, in or out of the IU, for tests). It answers
 // SRP_CRED_REQ and SRP_AER_REQ, treats SRP_T_LOGOUT as the end of the
-// channel (LogoutError), retries I/O after unit attentions, and logs out
+// channel (LogoutError), retries I/O after unit attentions, BUSY and TASK
+// SET FULL (scsi/host's policy), and logs out
 // with SRP_I_LOGOUT on Close. Session and Device methods are safe for
 // concurrent use; completion callbacks run on the channel's goroutine.
 package initiator
