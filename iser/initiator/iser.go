@@ -89,7 +89,12 @@ func dialISER(ctx context.Context, addr string, lcfg *iser.InitiatorConfig, cfg 
 	l.q.Start()
 	// The login runs on the completion goroutine: a Login Request now,
 	// the next one from each response.
-	if err := l.sendLogin(l.il.Start); err != nil {
+	i, req, reqData := l.loginBuf()
+	n, err := l.il.Start(req, reqData)
+	if err == nil {
+		err = l.sendLogin(i, n)
+	}
+	if err != nil {
 		l.q.Fail(err)
 	}
 	select {
@@ -108,35 +113,30 @@ func dialISER(ctx context.Context, addr string, lcfg *iser.InitiatorConfig, cfg 
 // sess returns the session, nil during the login.
 func (l *iserLink) sess() *Session { return l.ss.Load() }
 
-// sendLogin builds a Login Request with step in the next control buffer
-// (two used in turn: the previous one's response is in) and sends it.
-func (l *iserLink) sendLogin(step func(req, reqData []byte) (int, error)) error {
-	i := l.turn
+// loginBuf returns the control buffer for the next Login Request (two
+// used in turn: the previous one's response is in) with its BHS and data
+// segment.
+func (l *iserLink) loginBuf() (i int, req, reqData []byte) {
+	i = l.turn
+	buf := l.q.CtlBuf(i)
+	return i, buf[iserHdr : iserHdr+iser.BHSSize], buf[iserHdr+iser.BHSSize:]
+}
+
+// sendLogin sends the Login Request built in control buffer i (n bytes
+// of data segment).
+func (l *iserLink) sendLogin(i, n int) error {
 	l.turn ^= 1
 	buf := l.q.CtlBuf(i)
-	req := buf[iserHdr : iserHdr+iser.BHSSize]
-	n, err := step(req, buf[iserHdr+iser.BHSSize:])
-	if err != nil {
-		return err
-	}
 	iser.ISERHeader(buf).Encode(&iser.ISERHeaderFields{})
-	iser.BHS(req).SetLengths(0, n)
+	iser.BHS(buf[iserHdr:iserHdr+iser.BHSSize]).SetLengths(0, n)
 	return l.q.SendCtl(i, iserHdr+iser.BHSSize+iser.PaddedLength(n), false)
 }
 
 // loginStep takes a Login Response (completion goroutine): it sends the
 // next request, or ends the login with the session or an error.
 func (l *iserLink) loginStep(p iser.PDU) error {
-	var st iser.LoginState
-	var lerr error
-	err := l.sendLogin(func(req, reqData []byte) (int, error) {
-		n, s, err := l.il.Step(p.BHS, p.Data, req, reqData)
-		st, lerr = s, err
-		if err != nil || s != iser.LoginInProgress {
-			return 0, errLoginOver
-		}
-		return n, nil
-	})
+	i, req, reqData := l.loginBuf()
+	n, st, err := l.il.Step(p.BHS, p.Data, req, reqData)
 	switch {
 	case st == iser.LoginDone:
 		ls, _ := l.il.Session()
@@ -145,20 +145,15 @@ func (l *iserLink) loginStep(p iser.PDU) error {
 		l.ss.Store(s)
 		l.loginCh <- nil
 		return nil
-	case lerr != nil:
-		l.lerr = lerr
-		return lerr
+	case err != nil:
+		l.lerr = err
+		return err
 	case st == iser.LoginFailed:
 		l.lerr = errors.New("login failed")
 		return l.lerr
-	case err != nil:
-		return err
 	}
-	return nil
+	return l.sendLogin(i, n)
 }
-
-// errLoginOver tells sendLogin that the login needs no further request.
-const errLoginOver = errorString("iser: login over")
 
 // engine returns the queue slot of session slot sl: the command slots
 // first, then the management slots.

@@ -183,9 +183,7 @@ func (d *Device) Submit(r *blockdev.Request) error {
 	}
 	r.Issued = time.Now()
 	if err := ch.post(sl, n, data); err != nil {
-		if sl.State() == rdmaq.SlotBusy {
-			ch.release(sl, true)
-		}
+		ch.release(sl, true)
 		return err
 	}
 	return nil

@@ -165,13 +165,13 @@ func (ch *ichannel) release(sl *islot, credit bool) {
 func (ch *ichannel) credits() int { return ch.q.Credits() }
 
 // post sends a prepared slot's IU (its first n bytes, then data). On error
-// the slot is the caller's again, unless the channel died meanwhile and
-// completed it.
+// the slot is the caller's again (when the channel died and its sweep
+// completed the request instead, post returns nil).
 func (ch *ichannel) post(sl *islot, n int, data rdma.SGE) error {
 	ch.q.Prepare(sl, n, data)
 	err := ch.q.Post(sl)
-	if err == nil || sl.State() != rdmaq.SlotBusy {
-		return err
+	if err == nil {
+		return nil
 	}
 	if ch.q.QP().State() >= rdma.QPError {
 		// The connection is going down: let the completion goroutine

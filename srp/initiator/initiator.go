@@ -618,10 +618,8 @@ func (s *Session) Exec(ctx context.Context, chIdx int, c *Command) error {
 		c.OnSend(x.tag)
 	}
 	if err := ch.post(sl, n, data); err != nil {
-		if sl.State() == rdmaq.SlotBusy {
-			ch.dropTmp(sl)
-			ch.release(sl, true)
-		}
+		ch.dropTmp(sl)
+		ch.release(sl, true)
 		return err
 	}
 	var cdone <-chan struct{}
@@ -674,9 +672,7 @@ func (s *Session) TaskManagement(ctx context.Context, chIdx int, fn srp.TaskFunc
 	srp.EncodeTskMgmt(sl.Buf(), &srp.TskMgmtFields{Tag: x.tag, LUN: scsi.EncodeLUN(lun), Func: fn, TaskTag: taskTag})
 	sentAt := time.Now().UnixNano()
 	if err := ch.post(sl, srp.TskMgmtSize, rdma.SGE{}); err != nil {
-		if sl.State() == rdmaq.SlotBusy {
-			ch.release(sl, true)
-		}
+		ch.release(sl, true)
 		return 0, err
 	}
 	select {
