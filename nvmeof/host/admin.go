@@ -8,7 +8,6 @@ import (
 
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/nvmeof"
-	"github.com/rdisk/rdisk/rdma"
 )
 
 // PropertyGet reads a controller property (nvmeof.PropCAP and friends).
@@ -260,16 +259,7 @@ func readDiscoveryLog(read func(b []byte) error) (*DiscoveryLog, error) {
 }
 
 // postAER posts the Asynchronous Event Request in its reserved slot.
-func (c *Controller) postAER() error {
-	q := c.admin
-	s := q.aer
-	s.S.sqe.Encode(&nvmeof.SQEFields{Opcode: nvmeof.AdminAsyncEvent, Flags: nvmeof.FlagSGLMetaBuf, CID: s.S.cid, DPTR: nullSGL})
-	s.S.kind, s.S.name = kindAER, "asynchronous event request"
-	if err := q.post(s, nvmeof.SQESize, rdma.SGE{}); err != nil {
-		return fmt.Errorf("posting the asynchronous event request: %w", err)
-	}
-	return nil
-}
+func (c *Controller) postAER() error { return c.admin.postAER() }
 
 // onAER runs on the admin completion goroutine when the AER completes; it
 // hands the event to aenWorker.

@@ -59,9 +59,16 @@ type Config struct {
 	// (rdisk has no abort or reconnect): everything in flight completes with
 	// an error.
 	IOTimeout time.Duration
-	// NoInCapsule sends all write data through keyed SGLs, never in the
-	// command capsule.
+	// NoInCapsule sends all write data through keyed SGLs (RDMA) or
+	// R2T-solicited H2CData PDUs (TCP), never in the command capsule.
 	NoInCapsule bool
+	// Transport selects the fabric: TransportRDMA (the zero value) or
+	// TransportTCP. Open takes it from the URL instead.
+	Transport Transport
+	// HeaderDigest and DataDigest ask for NVMe/TCP header and data
+	// digests (CRC32C; nvme-cli's --hdr-digest and --data-digest). The
+	// controller must enable both as asked. They are refused on RDMA.
+	HeaderDigest, DataDigest bool
 	// Logger receives connection events; nil discards them.
 	Logger *slog.Logger
 	// OnEvent, if set, is called for every asynchronous event, after the
@@ -115,6 +122,15 @@ func (cfg *Config) setDefaults(discovery bool) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	switch cfg.Transport = cfg.Transport.orDefault(); cfg.Transport {
+	case TransportRDMA:
+		if cfg.HeaderDigest || cfg.DataDigest {
+			return fmt.Errorf("header and data digests are NVMe/TCP options; the RDMA transport has none")
+		}
+	case TransportTCP:
+	default:
+		return fmt.Errorf("transport %q: want %q or %q", string(cfg.Transport), TransportRDMA, TransportTCP)
+	}
 	return nil
 }
 
@@ -145,8 +161,8 @@ type Controller struct {
 	vs          nvmeof.Version
 	cc          nvmeof.CC
 	id          nvmeof.IdentifyController
-	admin       *queue
-	io          []*queue
+	admin       hostQueue
+	io          []hostQueue
 	ioDepth     int
 	maxTransfer int
 	inCapsule   int
@@ -162,11 +178,12 @@ type Controller struct {
 	aen       chan uint32
 }
 
-// Connect connects to the subsystem subNQN at addr ("host:port") over the
-// provider p: it sets up the admin queue, enables the controller, checks its
-// Identify data and, for an NVM subsystem, creates the I/O queues, posts an
-// Asynchronous Event Request and starts the keep-alive. ctx bounds the
-// whole setup (and Config.ConnectTimeout each step).
+// Connect connects to the subsystem subNQN at addr ("host:port") over
+// Config.Transport (RDMA through the provider p; p may be nil for TCP): it
+// sets up the admin queue, enables the controller, checks its Identify data
+// and, for an NVM subsystem, creates the I/O queues, posts an Asynchronous
+// Event Request and starts the keep-alive. ctx bounds the whole setup (and
+// Config.ConnectTimeout each step).
 func Connect(ctx context.Context, p rdma.Provider, addr, subNQN string, cfg Config) (*Controller, error) {
 	if err := CheckNQN(subNQN); err != nil {
 		return nil, fmt.Errorf("subsystem NQN: %w", err)
@@ -174,6 +191,9 @@ func Connect(ctx context.Context, p rdma.Provider, addr, subNQN string, cfg Conf
 	disc := subNQN == nvmeof.DiscoveryNQN
 	if err := cfg.setDefaults(disc); err != nil {
 		return nil, err
+	}
+	if cfg.Transport == TransportRDMA && p == nil {
+		return nil, fmt.Errorf("connecting to %s over RDMA: no RDMA provider", addr)
 	}
 	c := &Controller{
 		cfg: cfg, log: cfg.Logger, prov: p, addr: addr, subNQN: subNQN, discovery: disc,
@@ -190,10 +210,12 @@ func (c *Controller) start(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ConnectTimeout)
 	defer cancel()
 	var err error
-	if c.pd, err = c.prov.AllocPD(); err != nil {
-		return fmt.Errorf("allocating a protection domain: %w", err)
+	if c.cfg.Transport == TransportRDMA {
+		if c.pd, err = c.prov.AllocPD(); err != nil {
+			return fmt.Errorf("allocating a protection domain: %w", err)
+		}
 	}
-	if c.admin, err = newQueue(c, 0, adminSlots+1, adminEntries, adminMaxData, true); err != nil {
+	if c.admin, err = c.newQueue(0, adminSlots+1, adminEntries, adminMaxData, true); err != nil {
 		return err
 	}
 	if err := c.admin.connect(ctx, c.addr); err != nil {
@@ -217,7 +239,7 @@ func (c *Controller) start(ctx context.Context) error {
 		return err
 	}
 	c.log.Debug("nvme host: controller enabled", "addr", c.addr, "subnqn", c.subNQN, "cntlid", c.cntlid,
-		"vs", c.vs, "mdts", c.id.MDTS, "ioccsz", c.id.IOCCSZ, "maxcmd", c.id.MAXCMD, "sgls", fmt.Sprintf("%#x", c.id.SGLS))
+		"transport", c.cfg.Transport, "vs", c.vs, "mdts", c.id.MDTS, "ioccsz", c.id.IOCCSZ, "maxcmd", c.id.MAXCMD, "sgls", fmt.Sprintf("%#x", c.id.SGLS))
 	if c.discovery {
 		c.startKeepAlive()
 		return nil
@@ -244,8 +266,19 @@ func (c *Controller) connectErr(qid uint16, err error) error {
 	return fmt.Errorf("connecting queue %d to %s: %w", qid, c.addr, err)
 }
 
+// newQueue creates a queue on the controller's transport: nslots command
+// slots (the last one reserved for the AER when aer is set), SQ size
+// entries and transfers of up to maxData bytes.
+func (c *Controller) newQueue(qid uint16, nslots, entries, maxData int, aer bool) (hostQueue, error) {
+	if c.cfg.Transport == TransportTCP {
+		return newTCPQueue(c, qid, nslots, entries, aer), nil
+	}
+	return newRDMAQueue(c, qid, nslots, entries, maxData, aer)
+}
+
 // fabricsConnect sends the Fabrics Connect of q and returns DW0.
-func (c *Controller) fabricsConnect(ctx context.Context, q *queue, cntlid uint16) (uint32, error) {
+func (c *Controller) fabricsConnect(ctx context.Context, hq hostQueue, cntlid uint16) (uint32, error) {
+	q := hq.base()
 	data := make([]byte, nvmeof.ConnectDataSize)
 	if err := nvmeof.ConnectData(data).Encode(&nvmeof.ConnectDataFields{HostID: c.cfg.HostID, CNTLID: cntlid, SubNQN: c.subNQN, HostNQN: c.cfg.HostNQN}); err != nil {
 		return 0, fmt.Errorf("connect data: %w", err)
@@ -254,7 +287,7 @@ func (c *Controller) fabricsConnect(ctx context.Context, q *queue, cntlid uint16
 	if q.qid == 0 {
 		kato = uint32(c.cfg.KATO / time.Millisecond)
 	}
-	res, err := q.exec(ctx, "connect", data, nvmeof.DirHostToCtrl, func(sqe nvmeof.SQE, dptr nvmeof.SGLFields) {
+	res, err := hq.exec(ctx, "connect", data, nvmeof.DirHostToCtrl, func(sqe nvmeof.SQE, dptr nvmeof.SGLFields) {
 		sqe.Connect().Encode(&nvmeof.ConnectFields{DPTR: dptr, RecFmt: 0, QID: q.qid, SQSize: uint16(q.entries - 1), KATO: kato})
 	})
 	if err != nil {
@@ -314,9 +347,13 @@ func (c *Controller) enable(ctx context.Context) error {
 	}
 }
 
-// checkIdentify applies the checks the Linux NVMe/RDMA host makes.
+// checkIdentify applies the checks the Linux NVMe/RDMA or NVMe/TCP host
+// makes.
 func (c *Controller) checkIdentify() error {
 	id := &c.id
+	if c.cfg.Transport == TransportTCP {
+		return c.checkIdentifyTCP()
+	}
 	if c.discovery {
 		// Linux skips the I/O capsule and keep-alive checks for discovery
 		// controllers (nvme_check_ctrl_fabric_info), which report no
@@ -358,9 +395,7 @@ func (c *Controller) setupIO(ctx context.Context) error {
 	if c.ioDepth < 2 {
 		return fmt.Errorf("controller allows %d commands per queue (MQES %d, MAXCMD %d)", c.ioDepth, c.cap.MQES(), id.MAXCMD)
 	}
-	if !c.cfg.NoInCapsule && id.SGLS&nvmeof.SGLSOffset != 0 && id.IOCCSZ*16 > nvmeof.SQESize {
-		c.inCapsule = int(min(id.IOCCSZ*16-nvmeof.SQESize, 1<<20))
-	}
+	c.inCapsule = c.ioInCapsule()
 	want := uint16(c.cfg.IOQueues - 1)
 	res, err := c.SetFeatures(ctx, nvmeof.FeatNumQueues, 0, nvmeof.NumQueuesValue(want, want))
 	if err != nil {
@@ -383,14 +418,14 @@ func (c *Controller) setupIO(ctx context.Context) error {
 	}
 	c.startKeepAlive()
 	for i := 1; i <= n; i++ {
-		q, err := newQueue(c, uint16(i), c.ioDepth, c.ioDepth, c.maxTransfer, false)
+		q, err := c.newQueue(uint16(i), c.ioDepth, c.ioDepth, c.maxTransfer, false)
 		if err != nil {
 			return err
 		}
-		q.inCapsule = c.inCapsule
+		q.base().inCapsule = c.inCapsule
 		c.io = append(c.io, q)
 		if err := q.connect(ctx, c.addr); err != nil {
-			return c.connectErr(q.qid, err)
+			return c.connectErr(uint16(i), err)
 		}
 		if _, err := c.fabricsConnect(ctx, q, c.cntlid); err != nil {
 			return err
@@ -448,8 +483,8 @@ func (c *Controller) watchdog() {
 		}
 		now := time.Now().UnixNano()
 		for _, q := range c.io {
-			if s := q.overdue(now, c.cfg.IOTimeout); s != nil {
-				c.fail(fmt.Errorf("command %d on queue %d got no completion in %v: %w", s.S.cid, q.qid, c.cfg.IOTimeout, ErrTimeout))
+			if cid, ok := q.overdue(now, c.cfg.IOTimeout); ok {
+				c.fail(fmt.Errorf("command %d on queue %d got no completion in %v: %w", cid, q.base().qid, c.cfg.IOTimeout, ErrTimeout))
 				return
 			}
 		}
@@ -458,11 +493,11 @@ func (c *Controller) watchdog() {
 
 // queueFailed is called (once per queue) when a queue dies for a reason
 // other than Close: the controller is unusable then.
-func (c *Controller) queueFailed(q *queue, err error) {
+func (c *Controller) queueFailed(q hostQueue, err error) {
 	if c.closing.Load() {
 		return
 	}
-	go c.fail(fmt.Errorf("queue %d: %w", q.qid, err))
+	go c.fail(fmt.Errorf("queue %d: %w", q.base().qid, err))
 }
 
 // fail marks the controller failed and fails all its queues.
@@ -573,3 +608,20 @@ func (c *Controller) MaxTransfer() int { return c.maxTransfer }
 // InCapsuleSize is the most write data sent in a command capsule (0 when
 // the controller does not take in-capsule data).
 func (c *Controller) InCapsuleSize() int { return c.inCapsule }
+
+// Transport returns the transport the controller is connected over.
+func (c *Controller) Transport() Transport { return c.cfg.Transport }
+
+// ioInCapsule is the most write data an I/O command carries in its
+// capsule: IOCCSZ*16-64 (RDMA: when the controller takes SGL offsets, as
+// nvme-rdma; TCP: always, as nvme-tcp's nvme_tcp_inline_data_size).
+func (c *Controller) ioInCapsule() int {
+	id := &c.id
+	if c.cfg.NoInCapsule || id.IOCCSZ*16 <= nvmeof.SQESize {
+		return 0
+	}
+	if c.cfg.Transport == TransportRDMA && id.SGLS&nvmeof.SGLSOffset == 0 {
+		return 0
+	}
+	return int(min(id.IOCCSZ*16-nvmeof.SQESize, 1<<20))
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/nvmeof"
@@ -75,7 +74,7 @@ func (c *Controller) Namespace(ctx context.Context, nsid uint32) (*Namespace, er
 	if id.NSATTR&nvmeof.NSATTRReadOnly != 0 {
 		caps |= blockdev.CapReadOnly
 	}
-	u := URL{SubNQN: c.subNQN, NSID: nsid}
+	u := URL{Transport: c.cfg.Transport, SubNQN: c.subNQN, NSID: nsid}
 	u.Host, u.Port = splitAddr(c.addr)
 	ns := &Namespace{
 		c: c, nsid: nsid, id: id, shift: shift,
@@ -93,13 +92,15 @@ func (c *Controller) Namespace(ctx context.Context, nsid uint32) (*Namespace, er
 	return ns, nil
 }
 
-// Open connects to the subsystem a URL names and opens its namespace (the
-// URL's NSID, or the first active namespace). Closing the Namespace closes
-// the controller.
+// Open connects to the subsystem a URL names, over the URL's transport
+// (p may be nil for nvme+tcp://), and opens its namespace (the URL's NSID,
+// or the first active namespace). Closing the Namespace closes the
+// controller.
 func Open(ctx context.Context, p rdma.Provider, u URL, cfg Config) (*Namespace, error) {
 	if u.SubNQN == "" {
-		return nil, fmt.Errorf("%s names no subsystem (want nvme://HOST:PORT/SUBNQN[/NSID])", u)
+		return nil, fmt.Errorf("%s names no subsystem (want %s://HOST:PORT/SUBNQN[/NSID])", u, u.Scheme())
 	}
+	cfg.Transport = u.Transport.orDefault()
 	c, err := Connect(ctx, p, u.Addr(), u.SubNQN, cfg)
 	if err != nil {
 		return nil, err
@@ -150,8 +151,8 @@ func (ns *Namespace) Close() error {
 }
 
 // AllocBuffer implements blockdev.Device: size bytes, 4096-aligned,
-// registered with the controller's protection domain. Buffers serve every
-// namespace of the controller.
+// registered with the controller's protection domain (RDMA; plain memory
+// for TCP). Buffers serve every namespace of the controller.
 func (ns *Namespace) AllocBuffer(size int) (blockdev.Buffer, error) { return ns.c.AllocBuffer(size) }
 
 // AllocBuffer returns size bytes of registered memory for I/O.
@@ -160,7 +161,8 @@ func (c *Controller) AllocBuffer(size int) (blockdev.Buffer, error) {
 		return nil, blockdev.ErrClosed
 	}
 	// One memory region with local rights only: the target reaches it
-	// through per-I/O fast-registration keys.
+	// through per-I/O fast-registration keys. TCP needs no registration
+	// (c.pd is nil): the queues read and write the memory themselves.
 	return rdmaq.NewBuffer(c.pd, size, rdma.AccessLocalWrite, c)
 }
 
@@ -180,7 +182,8 @@ func (ns *Namespace) RegisterBuffer(mem []byte) (blockdev.Buffer, error) {
 func (ns *Namespace) Done() <-chan struct{} { return ns.c.Done() }
 
 // Submit implements blockdev.Device. It builds the command in a slot of the
-// chosen queue and posts it; it does not allocate.
+// chosen queue and sends it; it does not allocate. Reads and writes need a
+// buffer from this controller's AllocBuffer or RegisterBuffer.
 func (ns *Namespace) Submit(r *blockdev.Request) error {
 	if err := blockdev.Check(&ns.info, r); err != nil {
 		return err
@@ -196,69 +199,5 @@ func (ns *Namespace) Submit(r *blockdev.Request) error {
 		}
 		buf = b
 	}
-	q := ns.c.io[uint(r.Queue)%uint(len(ns.c.io))]
-	s, err := q.acquire(nil)
-	if err != nil {
-		return err
-	}
-	slba := uint64(r.Offset) >> ns.shift
-	nlb := uint16((r.Length >> ns.shift) - 1)
-	x := &s.S
-	x.kind, x.req = kindIO, r
-	capsule := nvmeof.SQESize
-	var data rdma.SGE
-	switch r.Op {
-	case blockdev.OpRead, blockdev.OpWrite:
-		f := nvmeof.RWFields{Opcode: nvmeof.IORead, CID: x.cid, NSID: ns.nsid, SLBA: slba, NLB: nlb}
-		access := rdma.AccessLocalWrite | rdma.AccessRemoteWrite
-		x.name = "read"
-		if r.Op == blockdev.OpWrite {
-			f.Opcode, x.name, access = nvmeof.IOWrite, "write", rdma.AccessRemoteRead
-			if r.Flags&blockdev.FUA != 0 {
-				f.Control = nvmeof.ControlFUA
-			}
-		}
-		if r.Op == blockdev.OpWrite && r.Length <= q.inCapsule {
-			f.DPTR = nvmeof.SGLFields{Identifier: nvmeof.SGLInCapsule, Address: 0, Length: uint32(r.Length)}
-			data = rdma.SGE{MR: buf.MR(), Offset: r.BufOff, Length: r.Length}
-		} else {
-			rkey, va, err := q.hq.Map(s, buf.MR(), r.BufOff, r.Length, access)
-			if err != nil {
-				q.putFree(s)
-				return fmt.Errorf("nvme %s: mapping the buffer: %w", x.name, err)
-			}
-			f.DPTR = nvmeof.SGLFields{Identifier: nvmeof.SGLKeyedInvalidate, Address: va, Length: uint32(r.Length), Key: rkey}
-		}
-		x.sqe.RW().Encode(&f)
-	case blockdev.OpFlush:
-		x.name = "flush"
-		x.sqe.Encode(&nvmeof.SQEFields{Opcode: nvmeof.IOFlush, Flags: nvmeof.FlagSGLMetaBuf, CID: x.cid, NSID: ns.nsid, DPTR: nullSGL})
-	case blockdev.OpWriteZeroes:
-		x.name = "write zeroes"
-		x.sqe.RW().Encode(&nvmeof.RWFields{Opcode: nvmeof.IOWriteZeroes, CID: x.cid, NSID: ns.nsid, SLBA: slba, NLB: nlb, DPTR: nullSGL})
-	case blockdev.OpDiscard:
-		x.name = "dataset management"
-		rng := x.extra[:nvmeof.DSMRangeSize]
-		nvmeof.DSMRange(rng).Encode(&nvmeof.DSMRangeFields{Length: uint32(r.Length >> ns.shift), SLBA: slba})
-		f := nvmeof.DSMFields{CID: x.cid, NSID: ns.nsid, NR: 0, Attributes: nvmeof.DSMDeallocate}
-		if q.inCapsule >= nvmeof.DSMRangeSize {
-			// The range follows the SQE in the slot's buffer.
-			f.DPTR = nvmeof.SGLFields{Identifier: nvmeof.SGLInCapsule, Length: nvmeof.DSMRangeSize}
-			capsule += nvmeof.DSMRangeSize
-		} else {
-			rkey, va, err := q.hq.MapBuf(s, nvmeof.SQESize, nvmeof.DSMRangeSize, rdma.AccessRemoteRead)
-			if err != nil {
-				q.putFree(s)
-				return fmt.Errorf("nvme %s: mapping the range: %w", x.name, err)
-			}
-			f.DPTR = nvmeof.SGLFields{Identifier: nvmeof.SGLKeyedInvalidate, Address: va, Length: nvmeof.DSMRangeSize, Key: rkey}
-		}
-		x.sqe.DSM().Encode(&f)
-	}
-	r.Issued = time.Now()
-	if err := q.post(s, capsule, data); err != nil {
-		q.putFree(s) // post failed: the slot is ours again
-		return err
-	}
-	return nil
+	return ns.c.io[uint(r.Queue)%uint(len(ns.c.io))].submit(ns, r, buf)
 }

@@ -45,26 +45,23 @@ type command struct {
 // slot is a command slot of a queue.
 type slot = rdmaq.HostSlot[command]
 
-// queue is one NVMe queue pair (admin or I/O) on an rdmaq.HostQueue.
+// rdmaQueue is one NVMe queue pair (admin or I/O) on an rdmaq.HostQueue.
 // Submitters take a slot, build the capsule in it and post it; the
 // queue's completion goroutine matches responses to slots by CID and
-// completes them.
-type queue struct {
-	c       *Controller
-	qid     uint16
-	entries int // SQ entries, HSQSIZE+1; also the receives posted (HRQSIZE)
-	hq      *rdmaq.HostQueue[command]
-	aer     *slot // admin queue: the slot reserved for the AER
-
-	// inCapsule is the most data a write may carry in the capsule (0: none).
-	inCapsule int
+// completes them. Its entries are also the receives posted (HRQSIZE).
+type rdmaQueue struct {
+	queueBase
+	hq  *rdmaq.HostQueue[command]
+	aer *slot // admin queue: the slot reserved for the AER
 }
 
-// newQueue allocates a queue's resources: nslots command slots (the last
-// one reserved for the AER when aer is set), entries receive buffers, and a
-// fast-registration key of fmrLen bytes per slot.
-func newQueue(c *Controller, qid uint16, nslots, entries, fmrLen int, aer bool) (*queue, error) {
-	q := &queue{c: c, qid: qid, entries: entries}
+var _ hostQueue = (*rdmaQueue)(nil)
+
+// newRDMAQueue allocates a queue's resources: nslots command slots (the
+// last one reserved for the AER when aer is set), entries receive buffers,
+// and a fast-registration key of fmrLen bytes per slot.
+func newRDMAQueue(c *Controller, qid uint16, nslots, entries, fmrLen int, aer bool) (*rdmaQueue, error) {
+	q := &rdmaQueue{queueBase: queueBase{c: c, qid: qid, entries: entries}}
 	pools := []rdmaq.HostPool{{Slots: nslots, SendLen: capStride}}
 	if aer {
 		pools = []rdmaq.HostPool{{Slots: nslots - 1, SendLen: capStride}, {Slots: 1, SendLen: capStride, NoTimeout: true}}
@@ -102,7 +99,7 @@ func newQueue(c *Controller, qid uint16, nslots, entries, fmrLen int, aer bool) 
 
 // connect runs the RDMA connection manager exchange for the queue and starts
 // its completion goroutine.
-func (q *queue) connect(ctx context.Context, addr string) error {
+func (q *rdmaQueue) connect(ctx context.Context, addr string) error {
 	pd := make([]byte, nvmeof.CMRequestSize)
 	hsq := q.entries - 1
 	nvmeof.CMRequest(pd).Encode(&nvmeof.CMRequestFields{RecFmt: nvmeof.CMRecFmt, QID: q.qid, HRQSize: uint16(q.entries), HSQSize: uint16(hsq)})
@@ -131,11 +128,11 @@ func (q *queue) connect(ctx context.Context, addr string) error {
 // fail moves the queue to the dead state with reason err and disconnects its
 // QP; the completion goroutine then completes every command in flight with
 // the error. The first reason wins.
-func (q *queue) fail(err error) { q.hq.Fail(err) }
+func (q *rdmaQueue) fail(err error) { q.hq.Fail(err) }
 
 // Failed implements rdmaq.HostHandler: a queue lost for another reason
 // than Close fails the controller.
-func (q *queue) Failed(err error) {
+func (q *rdmaQueue) Failed(err error) {
 	if !errors.Is(err, blockdev.ErrClosed) {
 		q.c.queueFailed(q, err)
 	}
@@ -143,10 +140,10 @@ func (q *queue) Failed(err error) {
 
 // acquire takes a free slot, waiting for one; it fails when the queue is
 // dead or ctx (which may be nil) is done.
-func (q *queue) acquire(ctx context.Context) (*slot, error) { return q.hq.Acquire(ctx, 0) }
+func (q *rdmaQueue) acquire(ctx context.Context) (*slot, error) { return q.hq.Acquire(ctx, 0) }
 
 // putFree returns a slot the caller owns to the free list.
-func (q *queue) putFree(s *slot) {
+func (q *rdmaQueue) putFree(s *slot) {
 	s.S.req = nil
 	q.hq.Put(s)
 }
@@ -155,7 +152,7 @@ func (q *queue) putFree(s *slot) {
 // data) to the completion goroutine and posts it. On error the slot is the
 // caller's again, unless the queue died meanwhile and completed it (then
 // post returns nil: the completion was delivered).
-func (q *queue) post(s *slot, n int, data rdma.SGE) error {
+func (q *rdmaQueue) post(s *slot, n int, data rdma.SGE) error {
 	q.hq.Prepare(s, n, data)
 	if err := q.hq.Post(s); err != nil {
 		return fmt.Errorf("queue %d: %w", q.qid, err)
@@ -164,7 +161,7 @@ func (q *queue) post(s *slot, n int, data rdma.SGE) error {
 }
 
 // Recv implements rdmaq.HostHandler: a response capsule.
-func (q *queue) Recv(m rdmaq.Msg) error {
+func (q *rdmaQueue) Recv(m rdmaq.Msg) error {
 	if m.Len < nvmeof.CQESize {
 		return fmt.Errorf("queue %d: response capsule of %d bytes", q.qid, m.Len)
 	}
@@ -184,25 +181,16 @@ func (q *queue) Recv(m rdmaq.Msg) error {
 }
 
 // Sent implements rdmaq.HostHandler (the engine tracks the slots).
-func (q *queue) Sent(*slot) {}
+func (q *rdmaQueue) Sent(*slot) {}
 
 // Complete implements rdmaq.HostHandler: deliver a finished command.
-func (q *queue) Complete(s *slot) {
+func (q *rdmaQueue) Complete(s *slot) {
 	x := &s.S
 	switch x.kind {
 	case kindIO:
-		r := x.req
-		switch {
-		case s.Err != nil:
-			r.Err = s.Err
-		case x.status != 0:
-			r.Err = &StatusError{Command: x.name, QID: q.qid, Status: x.status}
-		default:
-			r.Err = nil
-		}
-		r.Completed = time.Now()
+		r, name, st, err := x.req, x.name, x.status, s.Err
 		q.putFree(s)
-		blockdev.Complete(r)
+		completeIO(r, name, q.qid, st, err)
 	case kindSync:
 		x.done <- struct{}{}
 	case kindAER:
@@ -210,13 +198,18 @@ func (q *queue) Complete(s *slot) {
 	}
 }
 
-// overdue returns a command in flight for longer than d, if any.
-func (q *queue) overdue(now int64, d time.Duration) *slot { return q.hq.Overdue(now, d) }
+// overdue reports a command in flight for longer than d, if any.
+func (q *rdmaQueue) overdue(now int64, d time.Duration) (uint16, bool) {
+	if s := q.hq.Overdue(now, d); s != nil {
+		return s.S.cid, true
+	}
+	return 0, false
+}
 
 // exec runs one command synchronously: encode fills the SQE (the CID is set
 // afterwards) given the data pointer for data, which is registered for the
 // duration of the command. dir says which way data moves.
-func (q *queue) exec(ctx context.Context, name string, data []byte, dir nvmeof.Direction, encode func(sqe nvmeof.SQE, dptr nvmeof.SGLFields)) (uint64, error) {
+func (q *rdmaQueue) exec(ctx context.Context, name string, data []byte, dir nvmeof.Direction, encode func(sqe nvmeof.SQE, dptr nvmeof.SGLFields)) (uint64, error) {
 	s, err := q.acquire(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("nvme %s: %w", name, err)
@@ -253,33 +246,81 @@ func (q *queue) exec(ctx context.Context, name string, data []byte, dir nvmeof.D
 		q.putFree(s) // post failed: the slot is ours again
 		return 0, fmt.Errorf("nvme %s: %w", name, err)
 	}
-	timeout := q.c.cfg.CommandTimeout
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	var cdone <-chan struct{}
-	if ctx != nil {
-		cdone = ctx.Done()
-	}
-	select {
-	case <-x.done:
-	case <-cdone:
-		q.fail(fmt.Errorf("nvme %s on queue %d: %w", name, q.qid, ctx.Err()))
-		<-x.done
-	case <-t.C:
-		q.fail(fmt.Errorf("nvme %s on queue %d: no completion in %v: %w", name, q.qid, timeout, ErrTimeout))
-		<-x.done
-	}
+	waitSync(ctx, q, x)
 	res, st, terr := x.result, x.status, s.Err
 	q.putFree(s)
-	if terr != nil {
-		return 0, fmt.Errorf("nvme %s: %w", name, terr)
-	}
-	if st != 0 {
-		return res, &StatusError{Command: name, QID: q.qid, Status: st}
-	}
-	return res, nil
+	return syncResult(q.qid, name, res, st, terr)
 }
 
 // close tears the queue down: disconnect, wait for the completion goroutine
 // (which completes what was in flight with ErrClosed), free everything.
-func (q *queue) close() { q.hq.Close(blockdev.ErrClosed) }
+func (q *rdmaQueue) close() { q.hq.Close(blockdev.ErrClosed) }
+
+// postAER posts the Asynchronous Event Request in its reserved slot.
+func (q *rdmaQueue) postAER() error {
+	s := q.aer
+	encodeAER(&s.S, nullSGL)
+	if err := q.post(s, nvmeof.SQESize, rdma.SGE{}); err != nil {
+		return fmt.Errorf("posting the asynchronous event request: %w", err)
+	}
+	return nil
+}
+
+// submit implements hostQueue: the data of a read or a large write is
+// exposed under the slot's key, a small write goes in the capsule.
+func (q *rdmaQueue) submit(ns *Namespace, r *blockdev.Request, buf *rdmaq.Buffer) error {
+	s, err := q.acquire(nil)
+	if err != nil {
+		return err
+	}
+	x := &s.S
+	x.kind, x.req, x.name = kindIO, r, opName(r.Op)
+	capsule := nvmeof.SQESize
+	var data rdma.SGE
+	switch r.Op {
+	case blockdev.OpRead, blockdev.OpWrite:
+		var dptr nvmeof.SGLFields
+		access := rdma.AccessLocalWrite | rdma.AccessRemoteWrite
+		if r.Op == blockdev.OpWrite {
+			access = rdma.AccessRemoteRead
+		}
+		if r.Op == blockdev.OpWrite && r.Length <= q.inCapsule {
+			dptr = nvmeof.SGLFields{Identifier: nvmeof.SGLInCapsule, Address: 0, Length: uint32(r.Length)}
+			data = rdma.SGE{MR: buf.MR(), Offset: r.BufOff, Length: r.Length}
+		} else {
+			rkey, va, err := q.hq.Map(s, buf.MR(), r.BufOff, r.Length, access)
+			if err != nil {
+				q.putFree(s)
+				return fmt.Errorf("nvme %s: mapping the buffer: %w", x.name, err)
+			}
+			dptr = nvmeof.SGLFields{Identifier: nvmeof.SGLKeyedInvalidate, Address: va, Length: uint32(r.Length), Key: rkey}
+		}
+		ns.encodeRW(x, r, dptr)
+	case blockdev.OpFlush:
+		ns.encodeFlush(x, nullSGL)
+	case blockdev.OpWriteZeroes:
+		ns.encodeWriteZeroes(x, r, nullSGL)
+	case blockdev.OpDiscard:
+		ns.putRange(x, r)
+		var dptr nvmeof.SGLFields
+		if q.inCapsule >= nvmeof.DSMRangeSize {
+			// The range follows the SQE in the slot's buffer.
+			dptr = nvmeof.SGLFields{Identifier: nvmeof.SGLInCapsule, Length: nvmeof.DSMRangeSize}
+			capsule += nvmeof.DSMRangeSize
+		} else {
+			rkey, va, err := q.hq.MapBuf(s, nvmeof.SQESize, nvmeof.DSMRangeSize, rdma.AccessRemoteRead)
+			if err != nil {
+				q.putFree(s)
+				return fmt.Errorf("nvme %s: mapping the range: %w", x.name, err)
+			}
+			dptr = nvmeof.SGLFields{Identifier: nvmeof.SGLKeyedInvalidate, Address: va, Length: nvmeof.DSMRangeSize, Key: rkey}
+		}
+		ns.encodeDSM(x, dptr)
+	}
+	r.Issued = time.Now()
+	if err := q.post(s, capsule, data); err != nil {
+		q.putFree(s) // post failed: the slot is ours again
+		return err
+	}
+	return nil
+}

@@ -15,9 +15,13 @@ import (
 const DefaultPort = 4420
 
 // URL names an NVMe-oF subsystem, and optionally one of its namespaces:
-// nvme://HOST[:PORT]/SUBNQN[/NSID]. HOST is a name, an IPv4 address or a
+// nvme://HOST[:PORT]/SUBNQN[/NSID] (NVMe/RDMA; nvme+rdma:// is the same),
+// or nvme+tcp://... (NVMe/TCP). HOST is a name, an IPv4 address or a
 // bracketed IPv6 address (with an optional %zone, escaped as %25 or not).
 type URL struct {
+	// Transport is the transport binding the scheme names; the zero value
+	// means TransportRDMA.
+	Transport Transport
 	// Host is the host name or address, without brackets.
 	Host string
 	// Port is the transport service ID; DefaultPort when the URL has none.
@@ -32,6 +36,15 @@ type URL struct {
 // Addr returns "host:port" for dialing.
 func (u URL) Addr() string { return net.JoinHostPort(u.Host, strconv.Itoa(u.Port)) }
 
+// Scheme returns the URL scheme of u's transport: "nvme" for RDMA (as
+// rdisk has always written it), "nvme+tcp" for TCP.
+func (u URL) Scheme() string {
+	if u.Transport.orDefault() == TransportTCP {
+		return "nvme+tcp"
+	}
+	return "nvme"
+}
+
 // String formats u back into URL form ('%' escaped as "%25" in an IPv6 zone
 // and in the NQN, so that ParseURL reads back the same URL).
 func (u URL) String() string {
@@ -39,7 +52,7 @@ func (u URL) String() string {
 	if strings.Contains(h, ":") {
 		h = "[" + strings.ReplaceAll(h, "%", "%25") + "]"
 	}
-	s := "nvme://" + h + ":" + strconv.Itoa(u.Port)
+	s := u.Scheme() + "://" + h + ":" + strconv.Itoa(u.Port)
 	if u.SubNQN != "" {
 		s += "/" + strings.ReplaceAll(u.SubNQN, "%", "%25")
 		if u.NSID != 0 {
@@ -49,18 +62,27 @@ func (u URL) String() string {
 	return s
 }
 
-// ParseURL parses an nvme:// URL. The subsystem NQN and NSID are optional
-// here; callers that need them check. An NQN may hold any printable ASCII
-// but '/' (the spec allows a colon-rich, dotted grammar; rdisk does not
-// enforce it), at most 223 bytes.
+// Schemes lists the URL schemes ParseURL takes, for usage messages.
+const Schemes = "nvme:// (RDMA), nvme+rdma://, nvme+tcp://"
+
+// ParseURL parses an nvme://, nvme+rdma:// (both NVMe/RDMA) or nvme+tcp://
+// URL; Transport is set from the scheme. The subsystem NQN and NSID are
+// optional here; callers that need them check. An NQN may hold any
+// printable ASCII but '/' (the spec allows a colon-rich, dotted grammar;
+// rdisk does not enforce it), at most 223 bytes.
 func ParseURL(s string) (URL, error) {
 	var u URL
-	rest, ok := strings.CutPrefix(s, "nvme://")
+	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok {
-		if i := strings.Index(s, "://"); i >= 0 {
-			return u, fmt.Errorf("URL %q: scheme %q is not nvme (want nvme://HOST[:PORT]/SUBNQN[/NSID])", s, s[:i])
-		}
-		return u, fmt.Errorf("URL %q: want nvme://HOST[:PORT]/SUBNQN[/NSID]", s)
+		return u, fmt.Errorf("URL %q: want nvme://HOST[:PORT]/SUBNQN[/NSID] or nvme+tcp://...", s)
+	}
+	switch strings.ToLower(scheme) {
+	case "nvme", "nvme+rdma":
+		u.Transport = TransportRDMA
+	case "nvme+tcp":
+		u.Transport = TransportTCP
+	default:
+		return u, fmt.Errorf("URL %q: scheme %q is not nvme (want nvme://HOST[:PORT]/SUBNQN[/NSID], nvme+rdma:// or nvme+tcp://)", s, scheme)
 	}
 	hostport, path, _ := strings.Cut(rest, "/")
 	if hostport == "" {

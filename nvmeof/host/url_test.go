@@ -14,15 +14,18 @@ func TestParseURL(t *testing.T) {
 		want URL
 		str  string
 	}{
-		{"nvme://10.0.0.1", URL{Host: "10.0.0.1", Port: 4420}, "nvme://10.0.0.1:4420"},
-		{"nvme://10.0.0.1:4421/", URL{Host: "10.0.0.1", Port: 4421}, "nvme://10.0.0.1:4421"},
-		{"nvme://host.example/nqn.2026-11.io.rdisk:default", URL{Host: "host.example", Port: 4420, SubNQN: "nqn.2026-11.io.rdisk:default"}, ""},
+		{"nvme://10.0.0.1", URL{Transport: TransportRDMA, Host: "10.0.0.1", Port: 4420}, "nvme://10.0.0.1:4420"},
+		{"nvme://10.0.0.1:4421/", URL{Transport: TransportRDMA, Host: "10.0.0.1", Port: 4421}, "nvme://10.0.0.1:4421"},
+		{"nvme://host.example/nqn.2026-11.io.rdisk:default", URL{Transport: TransportRDMA, Host: "host.example", Port: 4420, SubNQN: "nqn.2026-11.io.rdisk:default"}, ""},
 		{"nvme://169.254.99.1:4420/nqn.2014-08.org.nvmexpress:uuid:0c7a4b2e-5d1f-4e3a-9b6c-7d8e9f0a1b2c/1",
-			URL{Host: "169.254.99.1", Port: 4420, SubNQN: "nqn.2014-08.org.nvmexpress:uuid:0c7a4b2e-5d1f-4e3a-9b6c-7d8e9f0a1b2c", NSID: 1}, ""},
-		{"nvme://[::1]:4420/nqn.a:b/4294967294", URL{Host: "::1", Port: 4420, SubNQN: "nqn.a:b", NSID: 0xfffffffe}, ""},
-		{"nvme://[fe80::1%25eth0]/nqn.a:b", URL{Host: "fe80::1%eth0", Port: 4420, SubNQN: "nqn.a:b"}, "nvme://[fe80::1%25eth0]:4420/nqn.a:b"},
-		{"nvme://[fe80::1%eth0]:1/nqn.a:b/", URL{Host: "fe80::1%eth0", Port: 1, SubNQN: "nqn.a:b"}, ""},
-		{"nvme://h/nqn.a%3Ab/2", URL{Host: "h", Port: 4420, SubNQN: "nqn.a:b", NSID: 2}, ""},
+			URL{Transport: TransportRDMA, Host: "169.254.99.1", Port: 4420, SubNQN: "nqn.2014-08.org.nvmexpress:uuid:0c7a4b2e-5d1f-4e3a-9b6c-7d8e9f0a1b2c", NSID: 1}, ""},
+		{"nvme://[::1]:4420/nqn.a:b/4294967294", URL{Transport: TransportRDMA, Host: "::1", Port: 4420, SubNQN: "nqn.a:b", NSID: 0xfffffffe}, ""},
+		{"nvme://[fe80::1%25eth0]/nqn.a:b", URL{Transport: TransportRDMA, Host: "fe80::1%eth0", Port: 4420, SubNQN: "nqn.a:b"}, "nvme://[fe80::1%25eth0]:4420/nqn.a:b"},
+		{"nvme://[fe80::1%eth0]:1/nqn.a:b/", URL{Transport: TransportRDMA, Host: "fe80::1%eth0", Port: 1, SubNQN: "nqn.a:b"}, ""},
+		{"nvme://h/nqn.a%3Ab/2", URL{Transport: TransportRDMA, Host: "h", Port: 4420, SubNQN: "nqn.a:b", NSID: 2}, ""},
+		{"nvme+rdma://10.0.0.1/nqn.a:b/1", URL{Transport: TransportRDMA, Host: "10.0.0.1", Port: 4420, SubNQN: "nqn.a:b", NSID: 1}, "nvme://10.0.0.1:4420/nqn.a:b/1"},
+		{"nvme+tcp://10.0.0.1", URL{Transport: TransportTCP, Host: "10.0.0.1", Port: 4420}, "nvme+tcp://10.0.0.1:4420"},
+		{"NVMe+TCP://[::1]:4421/nqn.a:b/3", URL{Transport: TransportTCP, Host: "::1", Port: 4421, SubNQN: "nqn.a:b", NSID: 3}, "nvme+tcp://[::1]:4421/nqn.a:b/3"},
 	}
 	for _, c := range good {
 		got, err := ParseURL(c.in)
@@ -46,6 +49,8 @@ func TestParseURL(t *testing.T) {
 		{"", "want nvme://"},
 		{"10.0.0.1:4420/nqn.a:b", "want nvme://"},
 		{"iser://10.0.0.1/iqn.a/1", `scheme "iser" is not nvme`},
+		{"nvme+iwarp://10.0.0.1/nqn.a:b", `scheme "nvme+iwarp" is not nvme`},
+		{"nvme+tcp://", "no host"},
 		{"nvme://", "no host"},
 		{"nvme:///nqn.a:b", "no host"},
 		{"nvme://h:0/nqn.a:b", "port"},
@@ -79,6 +84,8 @@ func FuzzParseURL(f *testing.F) {
 		"nvme://[fe80::1%25eth0]:4420/nqn.a:b",
 		"nvme://h/nqn.a%3Ab/2",
 		"nvme://h:65535/",
+		"nvme+tcp://10.0.0.1/nqn.a:b/1",
+		"nvme+rdma://h/nqn.a:b",
 	} {
 		f.Add(s)
 	}

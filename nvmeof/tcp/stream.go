@@ -1,0 +1,225 @@
+package tcp
+
+import (
+	"fmt"
+	"io"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxIOV is the most buffers one Writer.Flush hands to writev at once
+// (Linux UIO_MAXIOV is 1024; a PDU is at most five).
+const maxIOV = 64
+
+// Writer sends PDUs on a stream socket with writev, gathering a PDU's
+// header, digest, padding and data from where they lie, without copying
+// and without allocating (net.Buffers allocates per write). It is not
+// safe for concurrent use: the owner serializes Add and Flush (a mutex
+// around a whole PDU or batch). The buffers added must stay untouched
+// until Flush returns.
+type Writer struct {
+	rc   syscall.RawConn
+	bufs [][]byte
+	iov  [maxIOV]unix.Iovec
+	// State of the Flush in progress, read by fn.
+	done, skip int // bufs fully written; bytes of bufs[done] written
+	used       int // iov entries holding pointers
+	err        error
+	fn         func(fd uintptr) bool
+}
+
+// NewWriter returns a Writer on c (a *net.TCPConn).
+func NewWriter(c syscall.Conn) (*Writer, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("nvme/tcp: raw connection: %w", err)
+	}
+	w := &Writer{rc: rc, bufs: make([][]byte, 0, maxIOV)}
+	w.fn = w.write
+	return w, nil
+}
+
+// Add queues b for the next Flush (empty slices are skipped). More than
+// maxIOV buffers are written in several writev calls.
+func (w *Writer) Add(b []byte) {
+	if len(b) > 0 {
+		w.bufs = append(w.bufs, b)
+	}
+}
+
+// Pending returns the number of bytes added and not yet flushed.
+func (w *Writer) Pending() int {
+	n := 0
+	for _, b := range w.bufs {
+		n += len(b)
+	}
+	return n
+}
+
+// Flush writes everything added, waiting for the socket to take it, and
+// forgets the buffers. After an error the stream is broken (a partial PDU
+// may have been sent).
+func (w *Writer) Flush() error {
+	if len(w.bufs) == 0 {
+		return nil
+	}
+	w.done, w.skip, w.err = 0, 0, nil
+	err := w.rc.Write(w.fn)
+	clear(w.iov[:w.used]) // drop the pointers
+	w.used = 0
+	clear(w.bufs)
+	w.bufs = w.bufs[:0]
+	if err == nil {
+		err = w.err
+	}
+	if err != nil {
+		return fmt.Errorf("nvme/tcp: writing: %w", err)
+	}
+	return nil
+}
+
+// write is the RawConn callback: it runs writev until the buffers are out
+// (true), the socket is full (false: the poller waits, then calls again)
+// or an error (true, in w.err).
+func (w *Writer) write(fd uintptr) bool {
+	for w.done < len(w.bufs) {
+		n := 0
+		for i := w.done; i < len(w.bufs) && n < maxIOV; i++ {
+			b := w.bufs[i]
+			if i == w.done {
+				b = b[w.skip:]
+			}
+			w.iov[n].Base = &b[0]
+			w.iov[n].SetLen(len(b))
+			n++
+		}
+		w.used = max(w.used, n)
+		r, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(n))
+		if e == unix.EINTR {
+			continue
+		}
+		if e == unix.EAGAIN {
+			return false
+		}
+		if e != 0 {
+			w.err = e
+			return true
+		}
+		if r == 0 {
+			w.err = io.ErrShortWrite
+			return true
+		}
+		for left := int(r); left > 0; {
+			rest := len(w.bufs[w.done]) - w.skip
+			if left < rest {
+				w.skip += left
+				break
+			}
+			left -= rest
+			w.done++
+			w.skip = 0
+		}
+	}
+	return true
+}
+
+// Reader reads a PDU stream: headers through a read-ahead buffer, and data
+// either from what the buffer already holds or, when more than a quarter
+// of the buffer is still to come, straight from the socket into its
+// destination. It is not safe for concurrent use (one receiving goroutine
+// owns it).
+type Reader struct {
+	r      io.Reader
+	buf    []byte
+	rd, wr int
+}
+
+// NewReader returns a Reader on r with a read-ahead buffer of size bytes
+// (at least MaxHeaderSize+MaxTermReqSize).
+func NewReader(r io.Reader, size int) *Reader {
+	return &Reader{r: r, buf: make([]byte, max(size, MaxHeaderSize+MaxTermReqSize))}
+}
+
+// Buffered returns the number of bytes read ahead.
+func (r *Reader) Buffered() int { return r.wr - r.rd }
+
+// Peek returns the next n bytes (at most the buffer's size) without
+// consuming them, reading as needed. The slice is valid until the next
+// call on r.
+func (r *Reader) Peek(n int) ([]byte, error) {
+	if n > len(r.buf) {
+		return nil, fmt.Errorf("nvme/tcp: peeking %d bytes through a %d-byte buffer", n, len(r.buf))
+	}
+	for r.wr-r.rd < n {
+		if len(r.buf)-r.rd < n {
+			r.wr = copy(r.buf, r.buf[r.rd:r.wr])
+			r.rd = 0
+		}
+		if err := r.fill(); err != nil {
+			return nil, err
+		}
+	}
+	return r.buf[r.rd : r.rd+n], nil
+}
+
+// Discard consumes n bytes.
+func (r *Reader) Discard(n int) error {
+	for n > 0 {
+		if r.rd == r.wr {
+			r.rd, r.wr = 0, 0
+			if err := r.fill(); err != nil {
+				return err
+			}
+		}
+		k := min(n, r.wr-r.rd)
+		r.rd += k
+		n -= k
+	}
+	return nil
+}
+
+// ReadFull fills dst with the next len(dst) bytes.
+func (r *Reader) ReadFull(dst []byte) error {
+	n := copy(dst, r.buf[r.rd:r.wr])
+	r.rd += n
+	dst = dst[n:]
+	if len(dst) == 0 {
+		return nil
+	}
+	if r.rd == r.wr {
+		r.rd, r.wr = 0, 0
+	}
+	if len(dst) > len(r.buf)/4 {
+		if _, err := io.ReadFull(r.r, dst); err != nil {
+			return err
+		}
+		return nil
+	}
+	for len(dst) > 0 {
+		if r.rd == r.wr {
+			r.rd, r.wr = 0, 0
+			if err := r.fill(); err != nil {
+				return err
+			}
+		}
+		k := copy(dst, r.buf[r.rd:r.wr])
+		r.rd += k
+		dst = dst[k:]
+	}
+	return nil
+}
+
+// fill reads once into the free end of the buffer.
+func (r *Reader) fill() error {
+	n, err := r.r.Read(r.buf[r.wr:])
+	r.wr += n
+	if n > 0 {
+		return nil
+	}
+	if err == nil {
+		err = io.ErrNoProgress
+	}
+	return err
+}
