@@ -31,6 +31,8 @@ const (
 	errUnknownFCType     = errorString("nvmeof: unknown or unsupported fabrics command type")
 	errSGLType           = errorString("nvmeof: SGL descriptor type not supported by the RDMA transport")
 	errSGLSubtype        = errorString("nvmeof: SGL descriptor subtype not supported by the RDMA transport")
+	errSGLTypeTCP        = errorString("nvmeof: SGL descriptor type not supported by the TCP transport")
+	errSGLSubtypeTCP     = errorString("nvmeof: SGL descriptor subtype not supported by the TCP transport")
 	errSGLOffset         = errorString("nvmeof: in-capsule SGL offset and length exceed the in-capsule data")
 	errSGLInCapsuleRead  = errorString("nvmeof: in-capsule data descriptor on a command that does not write")
 	errTransferLen       = errorString("nvmeof: SGL length does not match the command's transfer length")

@@ -41,6 +41,10 @@ const (
 	// SGLInCapsule is a data block with an offset: the data follows the
 	// SQE in the command capsule, at Address bytes past ICDOFF (0x01).
 	SGLInCapsule uint8 = SGLTypeDataBlock<<4 | SGLSubtypeOffset
+	// SGLTransport is the transport SGL data block of NVMe/TCP: the data
+	// moves in C2HData PDUs, or H2CData PDUs after R2T (0x5A; Linux
+	// nvme_tcp_set_sg_host_data, also with length 0 for no data).
+	SGLTransport uint8 = SGLTypeTransportDataBlock<<4 | SGLSubtypeTransportA
 )
 
 // MaxKeyedSGLLength is the largest length a keyed SGL descriptor carries
@@ -182,6 +186,29 @@ func (s SGL) CheckRDMA(write bool, inCapsule uint32) error {
 	}
 	return cmdErr(StatusSGLInvalidType|StatusDNR, OffsetDPTR,
 		fmt.Errorf("%w: identifier %#02x", errSGLType, s.Identifier()))
+}
+
+// CheckTCP validates s as the data pointer of a command received over the
+// NVMe/TCP transport, as Linux nvmet_tcp_map_data and the TCP transport
+// specification (section 7.4.8) have it: the transport data block 0x5A
+// (data by C2HData, or R2T and H2CData) is accepted with any length; the
+// in-capsule data block 0x01 is checked as CheckRDMA does against the
+// inCapsule bytes the CapsuleCmd PDU carried; keyed data blocks, which
+// need RDMA, and every other type are SGL Descriptor Type Invalid, other
+// subtypes Invalid Field; all with DNR.
+func (s SGL) CheckTCP(write bool, inCapsule uint32) error {
+	switch s.Type() {
+	case SGLTypeTransportDataBlock:
+		if s.Subtype() != SGLSubtypeTransportA {
+			return cmdErr(StatusInvalidField|StatusDNR, OffsetDPTR,
+				fmt.Errorf("%w: identifier %#02x", errSGLSubtypeTCP, s.Identifier()))
+		}
+		return nil
+	case SGLTypeDataBlock:
+		return s.CheckRDMA(write, inCapsule)
+	}
+	return cmdErr(StatusSGLInvalidType|StatusDNR, OffsetDPTR,
+		fmt.Errorf("%w: identifier %#02x", errSGLTypeTCP, s.Identifier()))
 }
 
 // CheckTransferLen compares the length a command's SGL describes with the

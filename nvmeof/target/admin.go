@@ -163,10 +163,15 @@ func (c *controller) identifyController() nvmeof.IdentifyController {
 		LPA:  nvmeof.LPACommandEffects | nvmeof.LPAExtendedData,
 		ELPE: errLogSlots - 1, KAS: kas, SQES: 0x66, CQES: 0x44,
 		MAXCMD: uint16(p.cfg.MaxQueueSize), MDTS: mdtsShift,
-		SGLS: nvmeof.SGLSByteAligned | nvmeof.SGLSKeyed, MSDBD: 1,
+		SGLS: nvmeof.SGLSByteAligned, MSDBD: 1,
 		IOCCSZ: uint32((nvmeof.SQESize + p.cfg.InlineDataSize) / 16), IORCSZ: nvmeof.CQESize / 16,
 		OFCS: nvmeof.OFCSDisconnect, SUBNQN: c.sub.cfg.NQN,
 		PSD: []nvmeof.PowerState{{MaxPower: 2500}},
+	}
+	if c.trType == nvmeof.TrTypeRDMA {
+		// Keyed SGLs only where the transport has keys (nvmet:
+		// NVMF_KEYED_SGLS).
+		id.SGLS |= nvmeof.SGLSKeyed
 	}
 	if p.cfg.InlineDataSize > 0 {
 		id.SGLS |= nvmeof.SGLSOffset
@@ -210,7 +215,7 @@ func (c *controller) getLogPage(r *request, cmd nvmeof.GetLogPageCommand) {
 	lid := cmd.LID()
 	switch {
 	case lid == nvmeof.LogDiscovery && c.disc:
-		page = c.t.discoveryLog(c.port, c.hostNQN)
+		page = c.t.discoveryLog(c.port, c.hostNQN, c.trType)
 		if !cmd.RAE() {
 			c.unmask(nvmeof.NoticeDiscoveryChanged)
 		}

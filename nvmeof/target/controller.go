@@ -23,6 +23,7 @@ type controller struct {
 	sub     *Subsystem
 	port    *Port
 	disc    bool
+	trType  uint8 // the transport of its queues (nvmeof.TrType*)
 	cntlid  uint16
 	hostNQN string
 	hostID  [16]byte

@@ -93,7 +93,7 @@ func (q *sq) connect(r *request, sqe nvmeof.SQE) {
 			connectParamErr(r, true, nvmeof.ConnectDataCNTLIDOffset)
 			return
 		}
-		c := &controller{t: t, sub: sub, port: q.port, disc: sub == t.discSub, hostNQN: d.HostNQN, hostID: d.HostID,
+		c := &controller{t: t, sub: sub, port: q.port, disc: sub == t.discSub, trType: q.tr.trType(), hostNQN: d.HostNQN, hostID: d.HostID,
 			maxQ: q.port.cfg.MaxIOQueues, queues: map[uint16]*sq{0: q}, wce: true, features: map[uint8]uint32{}}
 		id, err := sub.allocController(c)
 		if err != nil {
@@ -118,7 +118,7 @@ func (q *sq) connect(r *request, sqe nvmeof.SQE) {
 		return
 	}
 	c := sub.controller(d.CNTLID)
-	if c == nil || c.hostNQN != d.HostNQN || c.hostID != d.HostID {
+	if c == nil || c.hostNQN != d.HostNQN || c.hostID != d.HostID || c.trType != q.tr.trType() {
 		connectParamErr(r, true, nvmeof.ConnectDataCNTLIDOffset)
 		return
 	}

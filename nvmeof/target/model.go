@@ -35,10 +35,27 @@ type NamespaceConfig struct {
 	Disabled bool
 }
 
-// PortConfig describes a port: an address a transport binding listens on
-// (NVMe/RDMA).
+// Transport is what a port serves, as nvmetcli's "trtype" names it.
+type Transport string
+
+const (
+	// TransportRDMA: NVMe/RDMA through the target's RDMA provider (the
+	// meaning of an empty Transport).
+	TransportRDMA Transport = "rdma"
+	// TransportTCP: NVMe/TCP on a plain TCP listener.
+	TransportTCP Transport = "tcp"
+	// TransportBoth: NVMe/TCP and NVMe/RDMA on one port number. It needs a
+	// provider whose connections are TCP streams (rdma.StreamProvider, the
+	// software iWARP provider): an MPA request and an ICReq are told apart
+	// by their first bytes.
+	TransportBoth Transport = "rdma+tcp"
+)
+
+// PortConfig describes a port: an address a transport binding listens on.
 type PortConfig struct {
 	ID uint16
+	// Transport is TransportRDMA (default), TransportTCP or TransportBoth.
+	Transport Transport
 	// Addr is host:port; the port defaults to 4420.
 	Addr string
 	// InlineDataSize is the in-capsule data the port accepts on I/O queues

@@ -64,11 +64,17 @@ func (l rdmaListener) serve(p *Port) {
 	}
 }
 
-// discoveryEntry implements portListener (NVMe over Fabrics 1.1 section
-// 5.3, RDMA TSAS).
-func (rdmaListener) discoveryEntry(e *nvmeof.DiscoveryLogEntry) {
-	e.TrType = nvmeof.TrTypeRDMA
-	e.RDMAQPType, e.RDMAPrType, e.RDMACMS = nvmeof.RDMAQPTypeConnected, nvmeof.RDMAPrTypeNotSpecified, nvmeof.RDMACMSRDMACM
+// trTypes implements portListener.
+func (rdmaListener) trTypes() []uint8 { return []uint8{nvmeof.TrTypeRDMA} }
+
+// fillTSAS sets the transport fields of a discovery log entry for trType
+// (NVMe over Fabrics 1.1 section 5.3: the RDMA TSAS; for TCP the TSAS is
+// SECTYPE, 0 for no security, as nvmet reports without TLS).
+func fillTSAS(e *nvmeof.DiscoveryLogEntry, trType uint8) {
+	e.TrType = trType
+	if trType == nvmeof.TrTypeRDMA {
+		e.RDMAQPType, e.RDMAPrType, e.RDMACMS = nvmeof.RDMAQPTypeConnected, nvmeof.RDMAPrTypeNotSpecified, nvmeof.RDMACMSRDMACM
+	}
 }
 
 // serveConn runs one queue from its connection request to its end.

@@ -57,9 +57,6 @@ type Target struct {
 
 // New creates a Target with no subsystems and no ports.
 func New(cfg Config) (*Target, error) {
-	if cfg.Provider == nil {
-		return nil, fmt.Errorf("nvmeof target: no RDMA provider")
-	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -134,13 +131,21 @@ type portListener interface {
 	Close() error
 	// serve accepts and serves connections until the listener closes.
 	serve(p *Port)
-	// discoveryEntry fills the transport fields (TRTYPE, TSAS) of the
-	// port's discovery log entries.
-	discoveryEntry(e *nvmeof.DiscoveryLogEntry)
+	// trTypes lists the transports the port serves (nvmeof.TrType*).
+	trTypes() []uint8
 }
 
 // Addr is the address the port listens on.
 func (p *Port) Addr() net.Addr { return p.ln.Addr() }
+
+// Transport is the transport the port serves (TransportRDMA when the
+// config left it empty).
+func (p *Port) Transport() Transport {
+	if p.cfg.Transport == "" {
+		return TransportRDMA
+	}
+	return p.cfg.Transport
+}
 
 // AddPort starts listening on a port.
 func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
@@ -172,7 +177,25 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 		return nil, fmt.Errorf("port %d already exists", cfg.ID)
 	}
 	t.mu.Unlock()
-	ln, err := t.listenRDMA(net.JoinHostPort(host, svc))
+	addr := net.JoinHostPort(host, svc)
+	var ln portListener
+	switch cfg.Transport {
+	case "", TransportRDMA:
+		if t.p == nil {
+			return nil, fmt.Errorf("port %d: transport rdma needs an RDMA provider", cfg.ID)
+		}
+		ln, err = t.listenRDMA(addr)
+	case TransportTCP:
+		ln, err = t.listenTCP(addr, nil)
+	case TransportBoth:
+		sp, ok := t.p.(rdma.StreamProvider)
+		if !ok {
+			return nil, fmt.Errorf("port %d: transport %s needs an RDMA provider whose connections are TCP streams (the software iWARP provider)", cfg.ID, cfg.Transport)
+		}
+		ln, err = t.listenTCP(addr, sp)
+	default:
+		return nil, fmt.Errorf("port %d: transport %q: want %s, %s or %s", cfg.ID, cfg.Transport, TransportRDMA, TransportTCP, TransportBoth)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("port %d: %w", cfg.ID, err)
 	}
@@ -191,7 +214,7 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 		defer t.wg.Done()
 		ln.serve(p)
 	}()
-	t.log.Info("nvmeof: port listening", "port", cfg.ID, "addr", ln.Addr())
+	t.log.Info("nvmeof: port listening", "port", cfg.ID, "addr", ln.Addr(), "transport", p.Transport())
 	return p, nil
 }
 
@@ -232,8 +255,12 @@ func (t *Target) discoveryChanged() {
 	}
 }
 
-// discoveryLog builds the discovery log page for a host on port p.
-func (t *Target) discoveryLog(p *Port, hostNQN string) []byte {
+// discoveryLog builds the discovery log page for a host on port p that
+// reached the discovery controller over trType. A port serving RDMA and
+// TCP on one port number lists its subsystems with the transport the host
+// came by, so that a host connecting to every entry (nvme connect-all)
+// does not open a second path over a transport it did not ask for.
+func (t *Target) discoveryLog(p *Port, hostNQN string, trType uint8) []byte {
 	t.mu.Lock()
 	gen := t.genctr
 	t.mu.Unlock()
@@ -248,7 +275,7 @@ func (t *Target) discoveryLog(p *Port, hostNQN string) []byte {
 			PortID: portID, CNTLID: nvmeof.CNTLIDDynamic, ASQSZ: nvmeof.AdminQueueDepth,
 			TrSvcID: svc, TrAddr: host, SubNQN: nqn,
 		}
-		p.ln.discoveryEntry(&e)
+		fillTSAS(&e, trType)
 		return e
 	}
 	p.mu.Lock()
