@@ -84,8 +84,14 @@ type tcpSlot struct {
 	r2tOff   uint32 // the R2T being answered
 	r2tLen   uint32
 	ttag     uint16
-	r2tBusy  bool // an R2T is being answered (MAXR2T is 1)
+	r2tBusy  bool // an R2T is being answered
 	respLate bool // the response came meanwhile: the H2C goroutine completes
+	// The next R2T, come in while the last data of the one being answered
+	// was being written: the controller had it (MAXR2T 0 allows one R2T
+	// outstanding per command, and ours was done from its side).
+	r2tNext          bool
+	nextOff, nextLen uint32
+	nextTTag         uint16
 
 	xferErr bool // receiver: a C2HData digest mismatched
 }
@@ -411,12 +417,31 @@ func (q *tcpQueue) putFree(s *tcpSlot) {
 // that fits the capsule, else a transport data block (0x5A) moved by
 // C2HData or R2T and H2CData.
 func (q *tcpQueue) setData(s *tcpSlot, data []byte, write bool) nvmeof.SGLFields {
+	return q.setDataCapsule(s, data, write, q.inCapsule)
+}
+
+// capsuleData is the most data a command capsule of this queue holds, which
+// exec uses whatever Config.NoInCapsule says, so that Fabrics Connect data
+// goes in the capsule, as Linux sends it: NVME_TCP_ADMIN_CCSZ on the admin
+// queue, IOCCSZ*16-64 on I/O queues.
+func (q *tcpQueue) capsuleData() int {
+	if q.qid == 0 {
+		return tcpAdminInCapsule
+	}
+	if n := int(q.c.id.IOCCSZ)*16 - nvmeof.SQESize; n > 0 {
+		return n
+	}
+	return 0
+}
+
+// setDataCapsule is setData with up to inCapsule bytes in the capsule.
+func (q *tcpQueue) setDataCapsule(s *tcpSlot, data []byte, write bool, inCapsule int) nvmeof.SGLFields {
 	s.data, s.write, s.inline, s.sent = data, write, 0, 0
-	s.r2tBusy, s.respLate, s.xferErr = false, false, false
+	s.r2tBusy, s.respLate, s.r2tNext, s.xferErr = false, false, false, false
 	if len(data) == 0 {
 		return tcpNullSGL
 	}
-	if write && len(data) <= q.inCapsule {
+	if write && len(data) <= inCapsule {
 		s.inline, s.sent = len(data), uint32(len(data))
 		return nvmeof.SGLFields{Identifier: nvmeof.SGLInCapsule, Address: 0, Length: uint32(len(data))}
 	}
@@ -528,7 +553,7 @@ func (q *tcpQueue) exec(ctx context.Context, name string, data []byte, dir nvmeo
 		return 0, fmt.Errorf("nvme %s: %w", name, err)
 	}
 	x := &s.command
-	dptr := q.setData(s, data, dir == nvmeof.DirHostToCtrl)
+	dptr := q.setDataCapsule(s, data, dir == nvmeof.DirHostToCtrl, q.capsuleData())
 	encode(x.sqe, dptr)
 	if len(data) == 0 {
 		x.sqe.DPTR().Encode(&tcpNullSGL)
@@ -717,8 +742,10 @@ func (q *tcpQueue) recvData(hdr tcp.Header, l tcp.Layout) error {
 
 // recvR2T queues an R2T for the H2C goroutine, checking it as Linux
 // nvme_tcp_handle_r2t does: a write in flight, a non-zero length within
-// the data, no other R2T of the command being answered (MAXR2T 0: one at a
-// time), and no offset before what was sent.
+// the data and no offset before what was sent. MAXR2T 0 allows one R2T
+// outstanding; the controller may send the next as soon as it has the
+// last data of the previous one, which the H2C goroutine may not have
+// noted yet: that one waits in the slot. More is a protocol error.
 func (q *tcpQueue) recvR2T(hdr tcp.Header) error {
 	d := tcp.Data(hdr)
 	s, err := q.inFlight(d.CCCID(), hdr)
@@ -733,14 +760,19 @@ func (q *tcpQueue) recvR2T(hdr tcp.Header) error {
 		e = &tcp.Error{FES: tcp.FESInvalidHeaderField, FEI: 8, Err: fmt.Errorf("R2T for command %d, which writes no data", s.cid)}
 	case n == 0:
 		e = &tcp.Error{FES: tcp.FESInvalidHeaderField, FEI: 16, Err: fmt.Errorf("R2T of 0 bytes for command %d", s.cid)}
-	case uint64(off)+uint64(n) > uint64(len(s.data)) || off < s.sent:
+	case uint64(off)+uint64(n) > uint64(len(s.data)) || off < s.sent || s.r2tBusy && off < s.r2tOff+s.r2tLen:
 		e = &tcp.Error{FES: tcp.FESDataOutOfRange, Err: fmt.Errorf("R2T for %d bytes at offset %d of command %d, which writes %d (%d sent)", n, off, s.cid, len(s.data), s.sent)}
-	case s.r2tBusy:
-		e = &tcp.Error{FES: tcp.FESDataLimitExceeded, Err: fmt.Errorf("second R2T for command %d while one is answered (MAXR2T 0)", s.cid)}
+	case s.r2tNext:
+		e = &tcp.Error{FES: tcp.FESDataLimitExceeded, Err: fmt.Errorf("third R2T for command %d while one is answered (MAXR2T 0)", s.cid)}
 	}
 	if e != nil {
 		q.r2tMu.Unlock()
 		return q.fatal(e, hdr)
+	}
+	if s.r2tBusy {
+		s.r2tNext, s.nextOff, s.nextLen, s.nextTTag = true, off, n, d.TTag()
+		q.r2tMu.Unlock()
+		return nil
 	}
 	s.r2tOff, s.r2tLen, s.ttag, s.r2tBusy = off, n, d.TTag(), true
 	q.r2ts = append(q.r2ts, s)
@@ -784,7 +816,9 @@ func (q *tcpQueue) h2cLoop() {
 // MAXH2CDATA bytes each, LAST_PDU on the final one (as Linux
 // nvme_tcp_setup_h2c_data_pdu), batching up to tcpH2CBatch per writev.
 func (q *tcpQueue) answerR2T(s *tcpSlot) error {
+	q.r2tMu.Lock()
 	off, end := s.r2tOff, s.r2tOff+s.r2tLen
+	q.r2tMu.Unlock()
 	for off < end {
 		select {
 		case <-q.dead:
@@ -820,9 +854,18 @@ func (q *tcpQueue) answerR2T(s *tcpSlot) error {
 		if err != nil {
 			return fmt.Errorf("queue %d: sending H2CData for command %d: %w", q.qid, s.cid, err)
 		}
+		if off == end {
+			q.r2tMu.Lock()
+			s.sent = max(s.sent, end)
+			if s.r2tNext { // the next R2T came meanwhile
+				s.r2tNext = false
+				s.r2tOff, s.r2tLen, s.ttag = s.nextOff, s.nextLen, s.nextTTag
+				off, end = s.r2tOff, s.r2tOff+s.r2tLen
+			}
+			q.r2tMu.Unlock()
+		}
 	}
 	q.r2tMu.Lock()
-	s.sent = max(s.sent, end)
 	s.r2tBusy = false
 	late := s.respLate
 	s.respLate = false
