@@ -439,7 +439,9 @@ func (c *Controller) Receive(al int) ([]byte, error) {
 			return nil, fmt.Errorf("challenge of %d bytes, allocation length %d: %w", len(c.challenge), al, ErrShortBuffer)
 		}
 		c.state = CtrlAwaitReply
-		return c.challenge, nil
+		out := c.challenge
+		c.challenge = nil // the caller owns it now
+		return out, nil
 	case CtrlSuccess1Pending:
 		m := &Success1{TransactionID: c.tid, HashLen: uint8(c.hash.Size())}
 		if c.c2 != nil {
