@@ -47,6 +47,27 @@
 // queue, driven in order); SeqCounter and DHKey are. The package has no
 // mutable package-level state.
 //
+// # Wiring it into a transport (as Linux does)
+//
+// Target: when the host has a secret configured, Connect (admin and every
+// I/O queue) answers with ATR set in the result (nvmeof.ConnectAuthReqATR,
+// NVME_CONNECT_AUTHREQ_ATR) and a NewController for that queue; until
+// Controller.Authenticated, other commands fail with Authentication Required
+// (NVME_SC_AUTH_REQUIRED, DNR). Authentication Send/Receive with SECP not
+// SECP, SPSP0/SPSP1 not 1, or TL/AL 0 fail with Invalid Field (DNR) before
+// this package is called; otherwise Send gets the TL bytes and Receive(AL)
+// produces the data, and both commands complete successfully (an
+// ErrShortBuffer from Receive: Invalid Field). In CtrlFailed tear the
+// controller down (nvmet_ctrl_fatal_error); after KATO (or 120 s) without
+// progress call Reset.
+//
+// Host: when Connect's result has ATR set, run Start, HandleChallenge and
+// HandleSuccess1 on that queue, sending with Authentication Send and
+// reading with Authentication Receive (AL 4096, MaxMessageSize), before
+// any other command; with no secret configured, fail the connect (Linux:
+// "authentication required"). Take the transaction ID from a
+// per-controller counter.
+//
 // # What is not implemented
 //
 // Secure channel concatenation (SC_C other than 0, TLS PSK generation):
