@@ -174,13 +174,21 @@ func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (
 		}
 	}
 	for _, pc := range c.Ports {
-		if pc.Addr.TrType != "" && pc.Addr.TrType != "rdma" {
-			return nil, fmt.Errorf("port %d: transport %q is not supported (rdma only)", pc.PortID, pc.Addr.TrType)
+		var tr nvmet.Transport
+		switch pc.Addr.TrType {
+		case "", "rdma":
+			tr = nvmet.TransportRDMA
+		case "tcp":
+			tr = nvmet.TransportTCP
+		case "rdma+tcp", "tcp+rdma":
+			tr = nvmet.TransportBoth
+		default:
+			return nil, fmt.Errorf("port %d: trtype %q: want rdma, tcp or rdma+tcp (both on one port number)", pc.PortID, pc.Addr.TrType)
 		}
 		if pc.Addr.TrSvcID == "" {
 			pc.Addr.TrSvcID = "4420"
 		}
-		cfg := nvmet.PortConfig{ID: pc.PortID, Addr: net.JoinHostPort(pc.Addr.TrAddr, pc.Addr.TrSvcID)}
+		cfg := nvmet.PortConfig{ID: pc.PortID, Transport: tr, Addr: net.JoinHostPort(pc.Addr.TrAddr, pc.Addr.TrSvcID)}
 		if v, ok := pc.Param["inline_data_size"]; ok {
 			n, err := strconv.Atoi(v)
 			if err != nil {

@@ -58,12 +58,34 @@ func TestStartNvmetcliConfig(t *testing.T) {
 	}
 }
 
+// TestStartTransports: nvmetcli's trtype "rdma" and "tcp", and rdisk's
+// "rdma+tcp" (both on one port number), each start a port of that kind.
+func TestStartTransports(t *testing.T) {
+	t.Parallel()
+	p, _ := iwarp.New(iwarp.Config{})
+	defer p.Close()
+	for _, tr := range []string{"rdma", "tcp", "rdma+tcp"} {
+		c, err := Parse(strings.NewReader(`{"ports":[{"portid":1,"addr":{"adrfam":"ipv4","trtype":"` + tr + `","traddr":"127.0.0.1","trsvcid":"0"},"subsystems":[]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run, err := Start(c, p, slog.New(slog.DiscardHandler), nil)
+		if err != nil {
+			t.Fatalf("trtype %s: %v", tr, err)
+		}
+		if got := string(run.Ports[0].Transport()); got != tr {
+			t.Errorf("trtype %s: port serves %s", tr, got)
+		}
+		run.Close()
+	}
+}
+
 func TestStartErrors(t *testing.T) {
 	t.Parallel()
 	p, _ := iwarp.New(iwarp.Config{})
 	for _, tc := range []struct{ json, want string }{
 		{`{"subsystems":[{"nqn":"nqn.x","attr":{},"namespaces":[{"nsid":1,"enable":1,"device":{"path":"/nonexistent/disk"}}]}]}`, "/nonexistent/disk"},
-		{`{"ports":[{"portid":1,"addr":{"trtype":"tcp","traddr":"127.0.0.1","trsvcid":"0"},"subsystems":[]}]}`, "transport \"tcp\""},
+		{`{"ports":[{"portid":1,"addr":{"trtype":"fc","traddr":"127.0.0.1","trsvcid":"0"},"subsystems":[]}]}`, "trtype \"fc\""},
 		{`{"ports":[{"portid":1,"addr":{"trtype":"rdma","traddr":"127.0.0.1","trsvcid":"0"},"subsystems":["nqn.missing"]}]}`, "not defined"},
 		{`{"subsystems":[{"nqn":"nqn.x","attr":{},"namespaces":[{"nsid":1,"enable":1,"device":{"path":"ram:12Q"}}]}]}`, "ram:12Q"},
 	} {

@@ -13,6 +13,7 @@ import (
 	iscsitarget "github.com/rdisk/rdisk/iser/target"
 
 	"github.com/rdisk/rdisk/internal/units"
+	nvmet "github.com/rdisk/rdisk/nvmeof/target"
 	"github.com/rdisk/rdisk/rdma/iwarp"
 	"github.com/rdisk/rdisk/srp"
 	srptarget "github.com/rdisk/rdisk/srp/target"
@@ -21,21 +22,28 @@ import (
 )
 
 const (
-	defaultNQN       = "nqn.2026-11.io.rdisk:default"
-	defaultNVMeAddr  = "127.0.0.1:4420"
-	defaultIQN       = "iqn.2026-11.io.rdisk:default"
-	defaultISCSIAddr = "127.0.0.1:3260"
-	defaultRAMSize   = "1GiB"
-	defaultBlockSize = 512
+	defaultNQN      = "nqn.2026-11.io.rdisk:default"
+	defaultNVMeAddr = "127.0.0.1:4420"
+	// defaultDiscoveryAddr is NVMe/TCP's well-known discovery port
+	// (NVME_TCP_DISC_PORT) on the --listen host.
+	defaultDiscoveryAddr = "127.0.0.1:8009"
+	defaultIQN           = "iqn.2026-11.io.rdisk:default"
+	defaultISCSIAddr     = "127.0.0.1:3260"
+	defaultRAMSize       = "1GiB"
+	defaultBlockSize     = 512
 )
 
 func targetCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "target",
-		Usage: "export disks over NVMe-oF/RDMA, iSER, iSCSI and SRP (default: a 1 GiB RAM disk on 127.0.0.1)",
+		Usage: "export disks over NVMe-oF (RDMA and TCP), iSER, iSCSI and SRP (default: a 1 GiB RAM disk on 127.0.0.1)",
 		Description: `With no flags, exports a sparse 1 GiB RAM disk as namespace 1 of
-nqn.2026-11.io.rdisk:default on 127.0.0.1:4420 over rdisk's software iWARP
-transport, and the same disk as LUN 0 of iqn.2026-11.io.rdisk:default on the
+nqn.2026-11.io.rdisk:default on 127.0.0.1:4420 over NVMe/TCP and NVMe/RDMA on
+rdisk's software iWARP transport (one port number: an MPA request and an
+NVMe/TCP ICReq are told apart by their first bytes; --transport rdma or tcp
+serves one), with an NVMe/TCP discovery port on 127.0.0.1:8009 (the port
+"nvme discover -t tcp" asks by default; --discovery-listen "" turns it off),
+and the same disk as LUN 0 of iqn.2026-11.io.rdisk:default on the
 iSCSI portal 127.0.0.1:3260 (iSER and iSCSI/TCP on one port) and over SRP on
 127.0.0.1:5555, allowing any host (it only listens on loopback).
 --iscsi-listen "" and --srp-listen "" turn those off.
@@ -43,7 +51,9 @@ iSCSI portal 127.0.0.1:3260 (iSER and iSCSI/TCP on one port) and over SRP on
 --config reads nvmetcli's saved JSON (/etc/nvmet/config.json); namespaces may
 also name "ram:SIZE" or "null:SIZE" as their device path.`,
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "listen", Value: defaultNVMeAddr, Usage: "NVMe-oF/RDMA address (host:port)"},
+			&cli.StringFlag{Name: "listen", Value: defaultNVMeAddr, Usage: "NVMe-oF address (host:port)"},
+			&cli.StringFlag{Name: "transport", Value: string(nvmet.TransportBoth), Usage: "NVMe-oF transport on --listen: rdma, tcp or rdma+tcp (both on one port number)"},
+			&cli.StringFlag{Name: "discovery-listen", Value: defaultDiscoveryAddr, Usage: "NVMe/TCP discovery port (host:port; empty: none; only with a tcp transport)"},
 			&cli.StringFlag{Name: "size", Value: defaultRAMSize, Usage: "RAM disk size"},
 			&cli.BoolFlag{Name: "fill", Usage: "write random data over the whole RAM disk before serving it (reads then touch memory, as on a used disk)"},
 			&cli.StringFlag{Name: "file", Usage: "export this regular file instead of a RAM disk"},
@@ -91,12 +101,7 @@ func runTarget(c *cli.Context) error {
 		}
 	}
 	for i, port := range run.Ports {
-		addr := port.Addr().String()
-		for _, s := range cfg.Ports[i].Subsystems {
-			fmt.Printf("rdisk target: serving %s on %s (NVMe-oF/RDMA, software iWARP)\n", s, addr)
-			fmt.Printf("  nvme://%s/%s\n", addr, s)
-		}
-		fmt.Printf("  discover: rdisk discover nvme://%s   (Linux: nvme discover -t rdma -a %s -s %s)\n", addr, hostOf(addr), portOf(addr))
+		printPort(port, cfg.Ports[i].Subsystems)
 	}
 	if addr := c.String("iscsi-listen"); addr != "" && c.String("config") == "" {
 		it, err := startISCSI(c, addr, run.Disks()[0], p, log, hook)
@@ -126,6 +131,39 @@ func runTarget(c *cli.Context) error {
 		fmt.Printf("rdisk target: SRP stats %+v\n", st.Stats())
 	}
 	return nil
+}
+
+// printPort prints what a port serves, with the URLs and the Linux
+// commands that reach it.
+func printPort(port *nvmet.Port, subs []string) {
+	addr := port.Addr().String()
+	tr := port.Transport()
+	rdmaOn := tr == nvmet.TransportRDMA || tr == nvmet.TransportBoth
+	tcpOn := tr == nvmet.TransportTCP || tr == nvmet.TransportBoth
+	what := map[nvmet.Transport]string{
+		nvmet.TransportRDMA: "NVMe-oF/RDMA, software iWARP",
+		nvmet.TransportTCP:  "NVMe/TCP",
+		nvmet.TransportBoth: "NVMe/TCP and NVMe-oF/RDMA over software iWARP, one port",
+	}[tr]
+	h, p := hostOf(addr), portOf(addr)
+	if len(subs) == 0 {
+		fmt.Printf("rdisk target: discovery on %s (%s)\n", addr, what)
+	}
+	for _, s := range subs {
+		fmt.Printf("rdisk target: serving %s on %s (%s)\n", s, addr, what)
+		if rdmaOn {
+			fmt.Printf("  nvme://%s/%s\n", addr, s)
+		}
+		if tcpOn {
+			fmt.Printf("  nvme+tcp://%s/%s\n", addr, s)
+		}
+	}
+	if rdmaOn {
+		fmt.Printf("  discover: rdisk discover nvme://%s   (Linux: nvme discover -t rdma -a %s -s %s)\n", addr, h, p)
+	}
+	if tcpOn {
+		fmt.Printf("  discover: rdisk discover nvme+tcp://%s   (Linux: nvme discover -t tcp -a %s -s %s)\n", addr, h, p)
+	}
 }
 
 // targetConfig builds the configuration from --config or the quick flags.
@@ -183,7 +221,31 @@ func targetConfig(c *cli.Context) (*target.Config, error) {
 	ns.Device.Path = dev
 	sub.Namespaces = []target.Namespace{ns}
 	cfg.Subsystems = []target.Subsystem{sub}
-	cfg.Ports = []target.Port{{PortID: 1, Addr: target.PortAddr{AdrFam: "ipv4", TrType: "rdma", TrAddr: host, TrSvcID: port}, Subsystems: []string{sub.NQN}}}
+	tr := c.String("transport")
+	switch nvmet.Transport(tr) {
+	case nvmet.TransportRDMA, nvmet.TransportTCP, nvmet.TransportBoth:
+	default:
+		return nil, fmt.Errorf("--transport %q: want rdma, tcp or rdma+tcp", tr)
+	}
+	adrfam := "ipv4"
+	if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
+		adrfam = "ipv6"
+	}
+	cfg.Ports = []target.Port{{PortID: 1, Addr: target.PortAddr{AdrFam: adrfam, TrType: tr, TrAddr: host, TrSvcID: port}, Subsystems: []string{sub.NQN}}}
+	if d := c.String("discovery-listen"); d != "" && tr != string(nvmet.TransportRDMA) {
+		dh, dp, err := net.SplitHostPort(d)
+		if err != nil {
+			return nil, fmt.Errorf("--discovery-listen %q: want host:port", d)
+		}
+		if !c.IsSet("discovery-listen") {
+			dh = host // the default follows --listen
+		}
+		if net.JoinHostPort(dh, dp) != net.JoinHostPort(host, port) {
+			// A TCP port of its own listing the subsystem, as a discovery
+			// port in nvmet: hosts may also connect through it.
+			cfg.Ports = append(cfg.Ports, target.Port{PortID: 2, Addr: target.PortAddr{AdrFam: adrfam, TrType: "tcp", TrAddr: dh, TrSvcID: dp}, Subsystems: []string{sub.NQN}})
+		}
+	}
 	return cfg, nil
 }
 

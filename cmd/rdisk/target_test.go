@@ -62,3 +62,45 @@ func TestFillRandom(t *testing.T) {
 		}
 	}
 }
+
+// TestTargetTransportFlags: --transport picks the port's transport, TCP
+// brings the discovery port 8009 on the --listen host unless turned off,
+// and a wrong value is refused naming the flag.
+func TestTargetTransportFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		want  string   // error substring; empty: no error
+		ports []string // trtype@traddr:trsvcid of each port
+	}{
+		{nil, "", []string{"rdma+tcp@127.0.0.1:4420", "tcp@127.0.0.1:8009"}},
+		{[]string{"--transport", "rdma"}, "", []string{"rdma@127.0.0.1:4420"}},
+		{[]string{"--transport", "tcp", "--listen", "127.0.0.2:4421"}, "", []string{"tcp@127.0.0.2:4421", "tcp@127.0.0.2:8009"}},
+		{[]string{"--discovery-listen", ""}, "", []string{"rdma+tcp@127.0.0.1:4420"}},
+		{[]string{"--listen", "127.0.0.1:8009"}, "", []string{"rdma+tcp@127.0.0.1:8009"}},
+		{[]string{"--transport", "fc"}, `--transport "fc"`, nil},
+		{[]string{"--discovery-listen", "nope"}, "--discovery-listen", nil},
+	} {
+		cmd := targetCommand()
+		var ports []string
+		cmd.Action = func(c *cli.Context) error {
+			cfg, err := targetConfig(c)
+			if err != nil {
+				return err
+			}
+			for _, p := range cfg.Ports {
+				ports = append(ports, p.Addr.TrType+"@"+p.Addr.TrAddr+":"+p.Addr.TrSvcID)
+			}
+			return nil
+		}
+		app := &cli.App{Name: "rdisk", Writer: &bytes.Buffer{}, ErrWriter: &bytes.Buffer{}, Commands: []*cli.Command{cmd}}
+		err := app.RunContext(context.Background(), append([]string{"rdisk", "target"}, tc.args...))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: %v", tc.args, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%v: error %v, want %q", tc.args, err, tc.want)
+		case tc.want == "" && strings.Join(ports, " ") != strings.Join(tc.ports, " "):
+			t.Errorf("%v: ports %v, want %v", tc.args, ports, tc.ports)
+		}
+	}
+}
