@@ -1,6 +1,7 @@
 package host
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/rdisk/rdisk/blockdev"
@@ -19,7 +20,26 @@ func TestSubmitAllocs(t *testing.T) {
 	lt := startTarget(t, 4<<20, target.PortConfig{}, target.SubsystemConfig{})
 	cfg := hostConfig()
 	cfg.QueueDepth = 8
-	ns := openLoop(t, lt, cfg)
+	submitAllocs(t, openLoop(t, lt, cfg))
+}
+
+// TestSubmitAllocsTCP is TestSubmitAllocs over NVMe/TCP, with and without
+// digests: 4 KiB writes go in the capsule, 64 KiB ones by R2T and H2CData.
+func TestSubmitAllocsTCP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	for _, dg := range []bool{false, true} {
+		t.Run(fmt.Sprintf("digests=%v", dg), func(t *testing.T) {
+			lt := startTarget(t, 4<<20, target.PortConfig{Transport: target.TransportTCP}, target.SubsystemConfig{})
+			cfg := hostConfig()
+			cfg.QueueDepth, cfg.Transport, cfg.HeaderDigest, cfg.DataDigest = 8, TransportTCP, dg, dg
+			submitAllocs(t, openTCPLoop(t, lt, cfg))
+		})
+	}
+}
+
+func submitAllocs(t *testing.T, ns *Namespace) {
 	buf, err := ns.AllocBuffer(64 << 10)
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +82,39 @@ func BenchmarkSubmit(b *testing.B) {
 	cfg := hostConfig()
 	cfg.QueueDepth = 32
 	ns := openLoop(b, lt, cfg)
+	buf, _ := ns.AllocBuffer(32 * 4096)
+	ch := make(chan *blockdev.Request, 32)
+	reqs := make([]blockdev.Request, 32)
+	b.ReportAllocs()
+	b.ResetTimer()
+	n := 0
+	for i := range reqs {
+		reqs[i] = blockdev.Request{Op: blockdev.OpRead, Offset: int64(i) * 4096, Length: 4096, Buf: buf, BufOff: i * 4096, C: ch}
+		if err := ns.Submit(&reqs[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for n < b.N {
+		r := <-ch
+		if r.Err != nil {
+			b.Fatal(r.Err)
+		}
+		n++
+		if err := ns.Submit(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range reqs {
+		<-ch
+	}
+}
+
+// BenchmarkSubmitTCP is BenchmarkSubmit over NVMe/TCP.
+func BenchmarkSubmitTCP(b *testing.B) {
+	lt := startTarget(b, 4<<20, target.PortConfig{Transport: target.TransportTCP}, target.SubsystemConfig{})
+	cfg := hostConfig()
+	cfg.QueueDepth, cfg.Transport = 32, TransportTCP
+	ns := openTCPLoop(b, lt, cfg)
 	buf, _ := ns.AllocBuffer(32 * 4096)
 	ch := make(chan *blockdev.Request, 32)
 	reqs := make([]blockdev.Request, 32)

@@ -200,9 +200,9 @@ func (q *tcpQueue) connect(ctx context.Context, addr string) error {
 	if err := q.initConnection(ctx, conn); err != nil {
 		conn.Close()
 		if ctx.Err() != nil {
-			return fmt.Errorf("queue %d: initializing the NVMe/TCP connection: %w", q.qid, ctx.Err())
+			return fmt.Errorf("initializing the NVMe/TCP connection: %w", ctx.Err())
 		}
-		return fmt.Errorf("queue %d: initializing the NVMe/TCP connection to %s: %w", q.qid, addr, err)
+		return fmt.Errorf("initializing the NVMe/TCP connection: %w", err)
 	}
 	q.c.log.Debug("nvme host: TCP queue connected", "qid", q.qid, "addr", addr, "entries", q.entries,
 		"maxh2cdata", q.maxH2C, "hdgst", q.hdgst, "ddgst", q.ddgst)
@@ -274,6 +274,9 @@ func (q *tcpQueue) readHeader() (tcp.Header, tcp.Layout, error) {
 	if err != nil {
 		return nil, tcp.Layout{}, err
 	}
+	if q.w == nil && string(ch) == "MPA ID R" {
+		return nil, tcp.Layout{}, errors.New("the port answered ICReq with an MPA reply: it serves NVMe/RDMA (iWARP), not NVMe/TCP; use an nvme:// URL")
+	}
 	rest, ferr := tcp.CheckHeader(tcp.Header(ch), tcp.Host, q.hdgst)
 	if ferr != nil {
 		return nil, tcp.Layout{}, q.fatal(ferr, ch)
@@ -311,7 +314,7 @@ func (q *tcpQueue) fatal(e *tcp.Error, hdr []byte) error {
 		q.w.Flush()
 		q.wmu.Unlock()
 	}
-	return fmt.Errorf("queue %d: bad PDU from the controller (%s): %w", q.qid, tcp.FESName(e.FES), e)
+	return fmt.Errorf("bad PDU from the controller (%s): %w", tcp.FESName(e.FES), e)
 }
 
 // recvTerm reads the rest of a C2HTermReq and returns the error naming its
@@ -321,8 +324,8 @@ func (q *tcpQueue) recvTerm(hdr tcp.Header, l tcp.Layout) error {
 		q.rd.Discard(l.DataLen) // the echoed header of our PDU
 	}
 	t := tcp.TermReq(hdr)
-	return fmt.Errorf("queue %d: the controller terminated the connection: %s (C2HTermReq FES %#x, FEI %#x): %w",
-		q.qid, tcp.FESName(t.FES()), t.FES(), t.FEI(), tcp.ErrTerminated)
+	return fmt.Errorf("the controller terminated the connection: %s (C2HTermReq FES %#x, FEI %#x): %w",
+		tcp.FESName(t.FES()), t.FES(), t.FEI(), tcp.ErrTerminated)
 }
 
 // fail implements hostQueue.
@@ -482,7 +485,7 @@ func (q *tcpQueue) post(s *tcpSlot) error {
 	err := q.w.Flush()
 	q.wmu.Unlock()
 	if err != nil {
-		q.fail(fmt.Errorf("queue %d: sending a command: %w", q.qid, err))
+		q.fail(fmt.Errorf("sending a command: %w", err))
 		return q.reclaim(s)
 	}
 	return nil
@@ -649,13 +652,13 @@ func (q *tcpQueue) receive() error {
 			}
 			switch {
 			case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-				return fmt.Errorf("queue %d: the controller closed the connection: %w", q.qid, err)
+				return fmt.Errorf("the controller closed the connection: %w", err)
 			case errors.Is(err, syscall.ECONNRESET):
-				return fmt.Errorf("queue %d: the controller reset the connection: %w", q.qid, err)
+				return fmt.Errorf("the controller reset the connection: %w", err)
 			}
 			var ne net.Error
 			if errors.As(err, &ne) {
-				return fmt.Errorf("queue %d: receiving: %w", q.qid, err)
+				return fmt.Errorf("receiving: %w", err)
 			}
 			return err
 		}
@@ -670,7 +673,7 @@ func (q *tcpQueue) inFlight(cid uint16, hdr tcp.Header) (*tcpSlot, error) {
 			return s, nil
 		}
 	}
-	return nil, fmt.Errorf("queue %d: %s for command %d, which is not outstanding", q.qid, tcp.TypeName(hdr.Type()), cid)
+	return nil, fmt.Errorf("%s for command %d, which is not outstanding", tcp.TypeName(hdr.Type()), cid)
 }
 
 // recvResp handles a CapsuleResp: the command's completion.
@@ -852,7 +855,7 @@ func (q *tcpQueue) answerR2T(s *tcpSlot) error {
 		err := q.w.Flush()
 		q.wmu.Unlock()
 		if err != nil {
-			return fmt.Errorf("queue %d: sending H2CData for command %d: %w", q.qid, s.cid, err)
+			return fmt.Errorf("sending H2CData for command %d: %w", s.cid, err)
 		}
 		if off == end {
 			q.r2tMu.Lock()
