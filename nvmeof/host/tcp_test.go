@@ -121,7 +121,7 @@ func TestTCPFakeNoInCapsule(t *testing.T) {
 
 func TestTCPFakeConformance(t *testing.T) {
 	t.Parallel()
-	f := startTCPFake(t, func(f *tcpFake) { f.maxH2C, f.r2tChunk = 8192, 12 << 10 })
+	f := startTCPFake(t, func(f *tcpFake) { f.maxH2C, f.r2tChunk = 8192, 12<<10 })
 	blockdevtest.Run(t, func(t *testing.T) blockdev.Device {
 		cfg := tcpHostConfig(true, true)
 		cfg.IOQueues, cfg.QueueDepth = 2, 16

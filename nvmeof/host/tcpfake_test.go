@@ -37,8 +37,8 @@ type tcpFake struct {
 	mu      sync.Mutex
 	disk    []byte
 	conns   []net.Conn
-	h2cPDUs int // H2CData PDUs received
-	maxSeen int // largest H2CData
+	h2cPDUs int    // H2CData PDUs received
+	maxSeen int    // largest H2CData
 	termFES uint16 // of the host's H2CTermReq
 }
 
