@@ -15,6 +15,8 @@
 #   rping                 run-rping.sh
 #   nvme-linux-host       run-nvme-linux-host.sh (RAM disk)
 #   nvme-linux-host-loop  run-nvme-linux-host.sh, NVME_BACKING=loop
+#   nvme-linux-host-tcp   run-nvme-linux-host.sh, NVME_TRANSPORT=tcp (Linux nvme-tcp)
+#   nvme-linux-host-tcp-digest  the same with header and data digests
 #   nvme-host             run-nvme-host.sh (rdisk host against nvmet-rdma)
 #   iser-linux            run-iser-linux.sh (ib_iser and iscsi_tcp)
 #   srp-linux             run-srp-linux-initiator.sh (ib_srp defaults: fast
@@ -64,7 +66,7 @@ run() {
   echo "=== $name: ${*:+$* }$script"
   t0=$SECONDS
   # The runs' own settings only: unset what selects a variant.
-  env -u NVME_BACKING -u SRP_MODPARAMS -u SRP_EXTRA RPING_LOG="$dir/$name.log" NVME_LOG="$dir/$name.log" NVME_HOST_LOG="$dir/$name.log" \
+  env -u NVME_BACKING -u NVME_TRANSPORT -u NVME_DIGEST -u SRP_MODPARAMS -u SRP_EXTRA RPING_LOG="$dir/$name.log" NVME_LOG="$dir/$name.log" NVME_HOST_LOG="$dir/$name.log" \
     ISER_LOG="$dir/$name.log" SRP_LOG="$dir/$name.log" "$@" \
     "$ROOT/test/interop/$script" >"$dir/$name.out" 2>&1
   rc=$?
@@ -92,6 +94,8 @@ t_all=$SECONDS
 run rping run-rping.sh
 run nvme-linux-host run-nvme-linux-host.sh
 run nvme-linux-host-loop run-nvme-linux-host.sh NVME_BACKING=loop
+run nvme-linux-host-tcp run-nvme-linux-host.sh NVME_TRANSPORT=tcp
+run nvme-linux-host-tcp-digest run-nvme-linux-host.sh NVME_TRANSPORT=tcp NVME_DIGEST=1
 run nvme-host run-nvme-host.sh
 run iser-linux run-iser-linux.sh
 run srp-linux run-srp-linux-initiator.sh

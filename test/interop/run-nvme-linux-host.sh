@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Interop acceptance harness: the Linux kernel's NVMe/RDMA host (nvme-cli over
-# siw) against `rdisk target` inside the RDMA lab guest (QEMU): discover,
-# connect, 64 MiB O_DIRECT write/read/verify, id-ctrl, smart-log, disconnect.
+# Interop acceptance harness: the Linux kernel's NVMe-oF host (nvme-cli;
+# nvme-rdma over siw, or nvme-tcp) against `rdisk target` inside the RDMA lab
+# guest (QEMU): discover, connect, 64 MiB O_DIRECT write/read/verify, id-ctrl,
+# smart-log, flush, dsm, write-zeroes, disconnect.
 # Manual / acceptance only, not part of CI: without the lab it prints SKIP.
 #
 #   LAB=DIR              the lab (default: ../shared/lab next to the project root)
 #   NVME_MB=N            MiB written and verified (default 64)
 #   NVME_BACKING=loop    export a loop device (O_DIRECT) instead of a RAM disk
+#   NVME_TRANSPORT=tcp   the kernel's nvme-tcp host instead of nvme-rdma (also
+#                        checks the NVMe/TCP discovery port 8009)
+#   NVME_DIGEST=1        with tcp: header and data digests (nvme connect -g -G)
 #   RDISK_LOG_LEVEL=...  target log level in the guest (default info)
 #   NVME_LOG=FILE        full console log (default $TMPDIR/rdisk-nvme-linux-host.log)
 set -uo pipefail
@@ -26,7 +30,7 @@ trap 'rm -rf "$tmp"' EXIT
 echo "== building rdisk (CGO_ENABLED=0)"
 (cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -o "$tmp/rdisk" ./cmd/rdisk) || { echo "NVME-LINUX-HOST: FAIL (build)"; exit 1; }
 envs=()
-for v in NVME_MB NVME_BACKING RDISK_LOG_LEVEL; do
+for v in NVME_MB NVME_BACKING NVME_TRANSPORT NVME_DIGEST RDISK_LOG_LEVEL; do
   [[ -n ${!v:-} ]] && envs+=(--env "$v=${!v}")
 done
 log=${NVME_LOG:-${TMPDIR:-/tmp}/rdisk-nvme-linux-host.log}

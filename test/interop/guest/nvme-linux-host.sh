@@ -1,6 +1,8 @@
 #!/bin/sh
-# rdisk interop: the Linux kernel's NVMe/RDMA host (nvme-cli, nvme-rdma over
-# siw) against rdisk's NVMe-oF target (pure-Go iWARP), inside the lab guest.
+# rdisk interop: the Linux kernel's NVMe-oF host (nvme-cli; nvme-rdma over
+# siw, or nvme-tcp with NVME_TRANSPORT=tcp, header and data digests with
+# NVME_DIGEST=1) against rdisk's NVMe-oF target (pure-Go iWARP and NVMe/TCP
+# on one port), inside the lab guest.
 # Run it through test/interop/run-nvme-linux-host.sh; /guest/files (on PATH)
 # holds `rdisk` (CGO_ENABLED=0) and the lab's lab-net.sh.
 # Output: NVME-LINUX-HOST-<step>: PASS|FAIL lines and NVME-LINUX-HOST: PASS|FAIL.
@@ -21,8 +23,16 @@ step() { # step NAME RC
   if [ "$2" = 0 ]; then echo "NVME-LINUX-HOST-$1: PASS"; else echo "NVME-LINUX-HOST-$1: FAIL (rc=$2)"; fails=$((fails+1)); fi
 }
 
+TR=${NVME_TRANSPORT:-rdma}
+DIGEST=
+[ "${NVME_DIGEST:-0}" = 1 ] && DIGEST="-g -G"
+echo "transport: $TR digests: ${DIGEST:-none}"
 lab_dummy_up
-rdma link add siw0 type siw netdev dummy0 || { echo "NVME-LINUX-HOST: FAIL (rdma link add)"; exit 1; }
+if [ "$TR" = rdma ]; then
+  rdma link add siw0 type siw netdev dummy0 || { echo "NVME-LINUX-HOST: FAIL (rdma link add)"; exit 1; }
+else
+  modprobe nvme-tcp || { echo "NVME-LINUX-HOST: FAIL (modprobe nvme-tcp)"; exit 1; }
+fi
 # NVME_BACKING=loop exports a loop device (O_DIRECT, the target's disk
 # workers, in-capsule writes to a direct-I/O device) instead of RAM.
 DISK="--size 256MiB"
@@ -36,8 +46,13 @@ TPID=$!
 sleep 1
 cat /tmp/target.log
 
-nvme discover -t rdma -a $LAB_IP -s 4420; step discover $?
-nvme connect -t rdma -a $LAB_IP -s 4420 -n $NQN; step connect $?
+nvme discover -t $TR -a $LAB_IP -s 4420; step discover $?
+if [ "$TR" = tcp ]; then
+  # No -s: nvme-cli asks the well-known NVMe/TCP discovery port 8009.
+  nvme discover -t tcp -a $LAB_IP | tee /tmp/disc8009; step discover-8009 $?
+  grep -q "trsvcid: 8009" /tmp/disc8009; step discover-8009-entry $?
+fi
+nvme connect -t $TR -a $LAB_IP -s 4420 -n $NQN $DIGEST; step connect $?
 dev=
 i=0
 while [ $i -lt 100 ] && [ -z "$dev" ]; do
@@ -55,6 +70,9 @@ if [ -z "$dev" ]; then
 else
   echo "namespace device: $dev ($(cat /sys/block/$(basename $dev)/size) sectors)"
   step namespace 0
+  ctrl=$(ls -d /sys/class/nvme/nvme* | while read c; do [ "$(cat $c/subsysnqn)" = "$NQN" ] && echo $c; done | head -1)
+  echo "controller $ctrl: transport $(cat $ctrl/transport) address $(cat $ctrl/address)"
+  [ "$(cat $ctrl/transport)" = "$TR" ]; step transport-$TR $?
   nvme list
   nvme id-ctrl $dev | head -40; step id-ctrl $?
   nvme id-ns $dev | head -20; step id-ns $?
