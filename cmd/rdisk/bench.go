@@ -18,8 +18,8 @@ func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "bench",
 		Usage:     "load-test a remote disk, fio style (random/sequential read/write, latency percentiles, --verify)",
-		ArgsUsage: "URL (nvme://HOST[:PORT]/SUBNQN[/NSID], iser://HOST[:PORT]/IQN/LUN, iscsi://HOST[:PORT]/IQN/LUN, srp://HOST[:PORT]/ID_EXT/IOC_GUID/LUN)",
-		Flags: append(append(hostIDFlags(), iscsiFlags()...),
+		ArgsUsage: "URL (nvme://HOST[:PORT]/SUBNQN[/NSID] (RDMA; also nvme+rdma://), nvme+tcp://HOST[:PORT]/SUBNQN[/NSID], iser://HOST[:PORT]/IQN/LUN, iscsi://HOST[:PORT]/IQN/LUN, srp://HOST[:PORT]/ID_EXT/IOC_GUID/LUN)",
+		Flags: append(append(append(hostIDFlags(), iscsiFlags()...), digestFlags()...),
 			&cli.StringFlag{Name: "rw", Value: "randread", Usage: "read, write, randread, randwrite or randrw"},
 			&cli.IntFlag{Name: "mix", Value: 50, Usage: "percentage of reads of randrw"},
 			&cli.StringFlag{Name: "bs", Value: "4KiB", Usage: "I/O size"},
@@ -44,8 +44,8 @@ func benchCommand() *cli.Command {
 // the scheme.
 func openDevice(c *cli.Context, rawURL string, queues, depth int) (blockdev.Device, func(), error) {
 	scheme, _, _ := strings.Cut(rawURL, "://")
-	switch scheme {
-	case "nvme":
+	switch strings.ToLower(scheme) {
+	case "nvme", "nvme+rdma", "nvme+tcp":
 	case "iser", "iscsi":
 		o, err := iscsiOptionsFromFlags(c)
 		if err != nil {
@@ -68,7 +68,7 @@ func openDevice(c *cli.Context, rawURL string, queues, depth int) (blockdev.Devi
 		}
 		return d, func() { d.Close() }, nil
 	default:
-		return nil, nil, fmt.Errorf("URL %q: want nvme://HOST[:PORT]/SUBNQN[/NSID]", rawURL)
+		return nil, nil, fmt.Errorf("URL %q: want %s, iser://, iscsi:// or srp://", rawURL, nvmeURLUsage)
 	}
 	u, err := subsystemURL(rawURL)
 	if err != nil {
@@ -76,6 +76,10 @@ func openDevice(c *cli.Context, rawURL string, queues, depth int) (blockdev.Devi
 	}
 	cfg, p, err := nvmeSetup(c)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := applyURL(c, &cfg, u); err != nil {
+		p.Close()
 		return nil, nil, err
 	}
 	cfg.IOQueues, cfg.QueueDepth = queues, max(depth, 2)
@@ -92,7 +96,7 @@ func openDevice(c *cli.Context, rawURL string, queues, depth int) (blockdev.Devi
 
 func runBench(c *cli.Context) error {
 	if c.NArg() != 1 {
-		return fmt.Errorf("bench takes one URL (nvme://HOST[:PORT]/SUBNQN[/NSID]), got %d arguments", c.NArg())
+		return fmt.Errorf("bench takes one URL (%s, iser://, iscsi:// or srp://), got %d arguments", nvmeURLUsage, c.NArg())
 	}
 	pat, err := bench.ParsePattern(c.String("rw"))
 	if err != nil {

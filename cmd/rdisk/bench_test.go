@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -24,7 +26,10 @@ const (
 	cliHostID = "0c7a4b2e-5d1f-4e3a-9b6c-7d8e9f0a1b2c"
 )
 
-func startCLITarget(t *testing.T) string {
+func startCLITarget(t *testing.T) string { return startCLITargetOn(t, target.TransportRDMA) }
+
+// startCLITargetOn is startCLITarget with a port serving transport tr.
+func startCLITargetOn(t *testing.T, tr target.Transport) string {
 	t.Helper()
 	p, _ := iwarp.New(iwarp.Config{})
 	tg, err := target.New(target.Config{Provider: p, Logger: slog.New(slog.DiscardHandler)})
@@ -40,7 +45,7 @@ func startCLITarget(t *testing.T) string {
 	if err := sub.AddNamespace(target.NamespaceConfig{NSID: 1, Disk: disk}); err != nil {
 		t.Fatal(err)
 	}
-	port, err := tg.AddPort(target.PortConfig{ID: 1, Addr: "127.0.0.1:0"})
+	port, err := tg.AddPort(target.PortConfig{ID: 1, Addr: "127.0.0.1:0", Transport: tr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,6 +119,59 @@ func TestCLIEndToEnd(t *testing.T) {
 	out, _, err = runCLI(t, "bench", url, "--rw", "write", "--bs", "64KiB", "--runtime", "200ms", "-q")
 	if err != nil || !strings.Contains(out, "write: ") || !strings.Contains(out, "errors: 0") {
 		t.Errorf("bench text summary: %v\n%s", err, out)
+	}
+}
+
+// TestCLIEndToEndTCP runs discover, nvme, bench and cp over NVMe/TCP
+// (with digests) against a port serving both transports.
+func TestCLIEndToEndTCP(t *testing.T) {
+	t.Parallel()
+	addr := startCLITargetOn(t, target.TransportBoth)
+	url := "nvme+tcp://" + addr + "/" + cliNQN
+	out, _, err := runCLI(t, "discover", "nvme+tcp://"+addr, "-g")
+	if err != nil || !strings.Contains(out, "trtype:  tcp\n") || !strings.Contains(out, "url:     "+url+"\n") {
+		t.Errorf("discover over TCP: %v\n%s", err, out)
+	}
+	out, _, err = runCLI(t, "discover", "nvme+rdma://"+addr)
+	if err != nil || !strings.Contains(out, "url:     nvme://"+addr+"/"+cliNQN+"\n") {
+		t.Errorf("discover over RDMA on the shared port: %v\n%s", err, out)
+	}
+	out, _, err = runCLI(t, "nvme", "identify", url+"/1", "--hdr-digest", "--data-digest")
+	if err != nil || !strings.Contains(out, "subnqn    : "+cliNQN) || !strings.Contains(out, "nsze    : 0x4000") {
+		t.Errorf("nvme identify over TCP: %v\n%s", err, out)
+	}
+	out, _, err = runCLI(t, "nvme", "list", url)
+	if err != nil || !strings.Contains(out, url+"/1 ") {
+		t.Errorf("nvme list over TCP: %v\n%s", err, out)
+	}
+	out, errOut, err := runCLI(t, "bench", url+"/1", "--rw", "randrw", "--bs", "16KiB", "--verify", "--qd", "8", "--jobs", "2",
+		"--runtime", "300ms", "--size", "2MiB", "--json", "-g", "-G")
+	var res struct {
+		IOs          uint64 `json:"ios"`
+		Errors       uint64 `json:"errors"`
+		VerifyErrors uint64 `json:"verify_errors"`
+		Verified     uint64 `json:"verified_blocks"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &res) != nil || res.IOs == 0 || res.Errors != 0 || res.VerifyErrors != 0 || res.Verified == 0 {
+		t.Errorf("bench over TCP: %v\n%s\n%s", err, out, errOut)
+	}
+	dir := t.TempDir()
+	src, back := filepath.Join(dir, "src.img"), filepath.Join(dir, "back.img")
+	img := bytes.Repeat([]byte("rdisk over nvme/tcp\n"), 100000)
+	if err := os.WriteFile(src, img, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := runCLI(t, "cp", "--no-progress", "--verify", "--hdr-digest", src, url); err != nil || !strings.Contains(out, "verified") {
+		t.Errorf("cp to nvme+tcp: %v\n%s", err, out)
+	}
+	if _, _, err := runCLI(t, "cp", "--no-progress", url, back); err != nil {
+		t.Errorf("cp from nvme+tcp: %v", err)
+	}
+	if got, err := os.ReadFile(back); err != nil || !bytes.Equal(got[:len(img)], img) {
+		t.Errorf("image copied back over TCP differs (%v)", err)
+	}
+	if _, _, err := runCLI(t, "bench", "nvme://"+addr+"/"+cliNQN, "--hdr-digest", "--runtime", "100ms"); err == nil || !strings.Contains(err.Error(), "nvme+tcp://") {
+		t.Errorf("bench nvme:// --hdr-digest: %v, want an error pointing at nvme+tcp://", err)
 	}
 }
 

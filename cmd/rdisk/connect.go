@@ -23,7 +23,7 @@ func connectCommandWith(mk dialerFactory) *cli.Command {
 	return &cli.Command{
 		Name:      "connect",
 		Usage:     "connect to a remote disk and export it locally (NBD socket, FUSE file)",
-		ArgsUsage: "URL (nvme://HOST[:PORT]/SUBNQN[/NSID])",
+		ArgsUsage: "URL (nvme://HOST[:PORT]/SUBNQN[/NSID] (RDMA; also nvme+rdma://), nvme+tcp://HOST[:PORT]/SUBNQN[/NSID], iser://, iscsi://, srp://)",
 		Description: `Adds a session to the initiator daemon (starting it when it is not running)
 and exports the disk:
 
@@ -33,7 +33,8 @@ and exports the disk:
 
 With neither, the disk is served on the NBD socket /run/rdisk/NAME.nbd. If the
 connection drops, I/O is retried on a new connection for --loss-timeout, then
-fails with EIO.`,
+fails with EIO. --hdr-digest and --data-digest (NVMe/TCP) are settings of the
+initiator daemon: they apply when connect starts it (or with --foreground).`,
 		Flags: append(append([]cli.Flag{
 			&cli.StringFlag{Name: "name", Usage: "session name (default disk0, disk1...); also the FUSE file name and the NBD export name"},
 			&cli.StringSliceFlag{Name: "nbd", Usage: "NBD listen address: unix:/PATH or tcp:127.0.0.1:PORT (repeatable)"},
@@ -42,14 +43,14 @@ fails with EIO.`,
 			&cli.BoolFlag{Name: "foreground", Usage: "run the daemon in this process with this session (until interrupted)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the session as JSON"},
 			controlFlag(),
-		}, sessionFlags()...), hostIDFlags()...),
+		}, sessionFlags()...), append(hostIDFlags(), digestFlags()...)...),
 		Action: func(c *cli.Context) error { return runConnect(c, mk) },
 	}
 }
 
 func runConnect(c *cli.Context, mk dialerFactory) error {
 	if c.NArg() != 1 {
-		return fmt.Errorf("connect takes one URL (nvme://HOST[:PORT]/SUBNQN[/NSID]), got %d arguments", c.NArg())
+		return fmt.Errorf("connect takes one URL (%s, iser://, iscsi:// or srp://), got %d arguments", nvmeURLUsage, c.NArg())
 	}
 	spec := initiator.ConnectSpec{URL: c.Args().First(), Name: c.String("name"), NBD: c.StringSlice("nbd"), ReadOnly: c.Bool("read-only")}
 	if dir := c.String("fuse"); dir != "" {
@@ -83,6 +84,8 @@ func runConnect(c *cli.Context, mk dialerFactory) error {
 		}
 	} else if err != nil {
 		return err
+	} else if c.Bool("hdr-digest") || c.Bool("data-digest") {
+		return fmt.Errorf("--hdr-digest and --data-digest configure the initiator daemon, which is already running on %s: pass them to `rdisk daemon`, or disconnect its sessions so that connect starts a new one", c.String("control"))
 	}
 	resp, err := callDaemon(c, &initiator.Request{Op: initiator.OpConnect, Connect: &spec}, 2*time.Minute)
 	if err != nil {
@@ -118,6 +121,11 @@ func startDaemon(c *cli.Context) error {
 	}
 	if c.IsSet("cpus") {
 		args = append(args, "--cpus", strconv.Itoa(c.Int("cpus")))
+	}
+	for _, f := range []string{"hdr-digest", "data-digest"} {
+		if c.Bool(f) {
+			args = append(args, "--"+f)
+		}
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf

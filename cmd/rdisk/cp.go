@@ -29,7 +29,7 @@ func cpCommandWith(mk dialerFactory) *cli.Command {
 	return &cli.Command{
 		Name:      "cp",
 		Usage:     "copy a disk image to or from a remote disk (sparse-aware, with progress and --verify)",
-		ArgsUsage: "SRC DST (each a local file, a block device or a URL such as nvme://HOST/NQN)",
+		ArgsUsage: "SRC DST (each a local file, a block device or a URL such as nvme://HOST/NQN or nvme+tcp://HOST/NQN)",
 		Description: `Copies SRC over the start of DST. All-zero blocks are not written: on a remote
 disk they are deallocated (discard, or write-zeroes when the disk does not read
 discarded blocks back as zeroes), a local file is left sparse. A local
@@ -42,7 +42,7 @@ block device must be at least as large as the source.`,
 			&cli.BoolFlag{Name: "progress", Usage: "show the progress bar even when stderr is not a terminal"},
 			&cli.BoolFlag{Name: "no-progress", Usage: "no progress bar"},
 			&cli.BoolFlag{Name: "no-sparse", Usage: "write zero blocks like any other"},
-		}, hostIDFlags()...),
+		}, append(hostIDFlags(), digestFlags()...)...),
 		Action: func(c *cli.Context) error { return runCp(c, mk) },
 	}
 }

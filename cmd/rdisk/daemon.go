@@ -50,7 +50,7 @@ its control socket, which only root (or the daemon's user) may use.`,
 		Flags: append(append([]cli.Flag{
 			controlFlag(),
 			&cli.BoolFlag{Name: "exit-when-idle", Usage: "exit when the last session is disconnected"},
-		}, sessionFlags()...), append(hostIDFlags(), iscsiFlags()...)...),
+		}, sessionFlags()...), append(append(hostIDFlags(), iscsiFlags()...), digestFlags()...)...),
 		Action: func(c *cli.Context) error { return runDaemon(c, mk, nil) },
 	}
 }
@@ -117,12 +117,14 @@ func runDaemon(c *cli.Context, mk dialerFactory, first *initiator.ConnectSpec) e
 	}
 }
 
-// protocolDialers wires the protocols rdisk speaks: nvme:// through the
-// NVMe-oF host over the software iWARP provider (one provider for all
-// sessions), iser:// and iscsi:// through the iSCSI initiator, srp://
-// through the SRP initiator (these open their own provider per
-// connection, as rdisk bench does). The daemon's own flags give the
-// iSCSI initiator name and CHAP credentials.
+// protocolDialers wires the protocols rdisk speaks: nvme:// and
+// nvme+rdma:// through the NVMe-oF host over the software iWARP provider
+// (one provider for all sessions), nvme+tcp:// through the NVMe-oF host
+// over NVMe/TCP (with the --hdr-digest/--data-digest of the command),
+// iser:// and iscsi:// through the iSCSI initiator, srp:// through the
+// SRP initiator (these open their own provider per connection, as rdisk
+// bench does). The daemon's own flags give the iSCSI initiator name and
+// CHAP credentials.
 func protocolDialers(c *cli.Context, log *slog.Logger) (initiator.Dialers, func(), error) {
 	id, err := identityFromFlags(c)
 	if err != nil {
@@ -133,10 +135,15 @@ func protocolDialers(c *cli.Context, log *slog.Logger) (initiator.Dialers, func(
 		return nil, nil, err
 	}
 	cfg := host.Config{HostNQN: id.NQN, HostID: id.ID, Logger: log, IOQueues: min(runtime.NumCPU(), 4)}
+	hdgst, ddgst := c.Bool("hdr-digest"), c.Bool("data-digest")
 	nvme := func(ctx context.Context, url string) (blockdev.Device, error) {
 		u, err := subsystemURL(url)
 		if err != nil {
 			return nil, err
+		}
+		cfg := cfg
+		if u.Transport == host.TransportTCP {
+			cfg.HeaderDigest, cfg.DataDigest = hdgst, ddgst
 		}
 		ns, err := host.Open(ctx, p, u, cfg)
 		if err != nil {
@@ -156,7 +163,7 @@ func protocolDialers(c *cli.Context, log *slog.Logger) (initiator.Dialers, func(
 	srpDial := func(ctx context.Context, url string) (blockdev.Device, error) {
 		return openSRPDevice(ctx, url, srpOptions{Queues: cfg.IOQueues, Depth: 128, Logger: log})
 	}
-	return initiator.Dialers{"nvme": nvme, "iser": iscsi, "iscsi": iscsi, "srp": srpDial}, func() { p.Close() }, nil
+	return initiator.Dialers{"nvme": nvme, "nvme+rdma": nvme, "nvme+tcp": nvme, "iser": iscsi, "iscsi": iscsi, "srp": srpDial}, func() { p.Close() }, nil
 }
 
 // nvmeDevice tells the session when the controller failed, so it

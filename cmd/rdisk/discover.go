@@ -14,15 +14,15 @@ import (
 func discoverCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "discover",
-		Usage:     "list what a target exports: an NVMe-oF discovery log (like nvme discover -t rdma) or iSCSI SendTargets",
-		ArgsUsage: "nvme://HOST[:PORT] | iscsi://HOST[:PORT] | iser://HOST[:PORT] | srp://HOST[:PORT][/ID_EXT/IOC_GUID]",
-		Flags: append(append(hostIDFlags(), iscsiFlags()...),
+		Usage:     "list what a target exports: an NVMe-oF discovery log (like nvme discover -t rdma|tcp) or iSCSI SendTargets",
+		ArgsUsage: "nvme://HOST[:PORT] (RDMA; also nvme+rdma://) | nvme+tcp://HOST[:PORT] | iscsi://HOST[:PORT] | iser://HOST[:PORT] | srp://HOST[:PORT][/ID_EXT/IOC_GUID]",
+		Flags: append(append(append(hostIDFlags(), iscsiFlags()...), digestFlags()...),
 			&cli.BoolFlag{Name: "json", Usage: "print the log as JSON"},
 			&cli.DurationFlag{Name: "timeout", Value: host.DefaultConnectTimeout, Usage: "connect timeout"},
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
-				return fmt.Errorf("discover takes one URL (nvme://HOST[:PORT]), got %d arguments", c.NArg())
+				return fmt.Errorf("discover takes one URL (nvme://HOST[:PORT] or nvme+tcp://HOST[:PORT]), got %d arguments", c.NArg())
 			}
 			if s := c.Args().First(); strings.HasPrefix(s, "iscsi://") || strings.HasPrefix(s, "iser://") {
 				return discoverISCSI(c, s)
@@ -42,6 +42,9 @@ func discoverCommand() *cli.Command {
 				return err
 			}
 			defer p.Close()
+			if err := applyURL(c, &cfg, u); err != nil {
+				return err
+			}
 			cfg.ConnectTimeout = c.Duration("timeout")
 			log, err := host.Discover(c.Context, p, u.Addr(), cfg)
 			if err != nil {
@@ -169,7 +172,8 @@ func cmsName(c uint8) string {
 }
 
 // printDiscovery prints the log as nvme-cli's `nvme discover` does, with
-// the nvme:// URL of each RDMA subsystem entry added.
+// the URL of each subsystem entry added (nvme:// for RDMA entries,
+// nvme+tcp:// for TCP ones).
 func printDiscovery(w io.Writer, log *host.DiscoveryLog) {
 	fmt.Fprintf(w, "\nDiscovery Log Number of Records %d, Generation counter %d\n", len(log.Entries), log.GenCtr)
 	for i := range log.Entries {

@@ -14,8 +14,31 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
+// nvmeURLUsage names the NVMe-oF URL forms for usage strings.
+const nvmeURLUsage = "nvme://HOST[:PORT]/SUBNQN[/NSID] (NVMe/RDMA; also nvme+rdma://) or nvme+tcp://HOST[:PORT]/SUBNQN[/NSID] (NVMe/TCP)"
+
+// digestFlags are the NVMe/TCP digest options, as nvme-cli's connect has
+// them (-g/--hdr-digest, -G/--data-digest).
+func digestFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.BoolFlag{Name: "hdr-digest", Aliases: []string{"g"}, Usage: "NVMe/TCP: header digests (CRC32C) on every PDU header (nvme+tcp:// only)"},
+		&cli.BoolFlag{Name: "data-digest", Aliases: []string{"G"}, Usage: "NVMe/TCP: data digests (CRC32C) on every PDU's data (nvme+tcp:// only)"},
+	}
+}
+
+// applyURL sets the transport of a URL in cfg, with the digest flags for
+// NVMe/TCP; asking for digests on an RDMA URL is an error.
+func applyURL(c *cli.Context, cfg *host.Config, u host.URL) error {
+	cfg.Transport = u.Transport
+	cfg.HeaderDigest, cfg.DataDigest = c.Bool("hdr-digest"), c.Bool("data-digest")
+	if (cfg.HeaderDigest || cfg.DataDigest) && u.Transport != host.TransportTCP {
+		return fmt.Errorf("--hdr-digest and --data-digest are NVMe/TCP options: use an nvme+tcp:// URL (not %s)", u)
+	}
+	return nil
+}
+
 // nvmeSetup builds the host configuration (identity, logger) and the RDMA
-// provider for the NVMe-oF commands.
+// provider for the NVMe-oF commands (NVMe/TCP connections ignore it).
 func nvmeSetup(c *cli.Context) (host.Config, *iwarp.Provider, error) {
 	log, err := logger(c)
 	if err != nil {
@@ -40,15 +63,15 @@ func subsystemURL(s string) (host.URL, error) {
 		return u, err
 	}
 	if u.SubNQN == "" {
-		return u, fmt.Errorf("URL %q names no subsystem: want nvme://HOST[:PORT]/SUBNQN[/NSID] (rdisk discover %s lists them)", s, u)
+		return u, fmt.Errorf("URL %q names no subsystem: want %s://HOST[:PORT]/SUBNQN[/NSID] (rdisk discover %s lists them)", s, u.Scheme(), u)
 	}
 	return u, nil
 }
 
 func nvmeCommand() *cli.Command {
-	urlArg := "nvme://HOST[:PORT]/SUBNQN[/NSID]"
+	urlArg := nvmeURLUsage
 	flags := func() []cli.Flag {
-		return append(hostIDFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON"})
+		return append(append(hostIDFlags(), digestFlags()...), &cli.BoolFlag{Name: "json", Usage: "print JSON"})
 	}
 	return &cli.Command{
 		Name:  "nvme",
@@ -83,7 +106,7 @@ func nvmeCommand() *cli.Command {
 // runs fn and disconnects.
 func withController(c *cli.Context, fn func(ctx context.Context, c *cli.Context, ctrl *host.Controller, u host.URL) error) error {
 	if c.NArg() != 1 {
-		return fmt.Errorf("%s takes one URL (nvme://HOST[:PORT]/SUBNQN[/NSID]), got %d arguments", c.Command.Name, c.NArg())
+		return fmt.Errorf("%s takes one URL (%s), got %d arguments", c.Command.Name, nvmeURLUsage, c.NArg())
 	}
 	u, err := subsystemURL(c.Args().First())
 	if err != nil {
@@ -94,6 +117,9 @@ func withController(c *cli.Context, fn func(ctx context.Context, c *cli.Context,
 		return err
 	}
 	defer p.Close()
+	if err := applyURL(c, &cfg, u); err != nil {
+		return err
+	}
 	cfg.IOQueues, cfg.QueueDepth = 1, 2
 	ctrl, err := host.Connect(c.Context, p, u.Addr(), u.SubNQN, cfg)
 	if err != nil {
