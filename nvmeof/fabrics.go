@@ -209,6 +209,12 @@ const (
 	offsetAuthSPSP0 = 41 // spsp0
 	offsetAuthSPSP1 = 42 // spsp1
 	offsetAuthSECP  = 43 // secp
+	// OffsetAuthSPSP0 and friends locate the Authentication Send/Receive
+	// fields for error locations.
+	OffsetAuthSPSP0 = offsetAuthSPSP0
+	OffsetAuthSPSP1 = offsetAuthSPSP1
+	OffsetAuthSECP  = offsetAuthSECP
+	OffsetAuthLen   = offsetAuthLen
 	offsetAuthLen   = 44 // tl (send) or al (receive)
 )
 

@@ -7,6 +7,7 @@ import (
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/internal/workers"
 	"github.com/rdisk/rdisk/nvmeof"
+	"github.com/rdisk/rdisk/nvmeof/auth"
 )
 
 // The controller core: submission queues, command dispatch, disk workers
@@ -125,6 +126,9 @@ type sq struct {
 	ctrl   *controller // set by Fabrics Connect
 	sqhd   uint16      // queue goroutine only
 	sqflow bool        // SQ flow control disabled (Connect CATTR)
+	// auth is the queue's DH-HMAC-CHAP state when its host must
+	// authenticate (queue goroutine only: Fabrics commands run there).
+	auth *auth.Controller
 
 	closeOnce sync.Once
 }
@@ -178,6 +182,12 @@ func (q *sq) begin(r *request) bool {
 	r.kind = kind
 	r.nsid = sqe.NSID()
 	c := q.controller()
+	if c != nil && !isFabrics(kind) && q.auth != nil && !q.auth.Authenticated() {
+		// nvmet_check_auth_status, before the controller's state.
+		c.traffic()
+		r.status = nvmeof.StatusAuthRequired.WithDNR()
+		return false
+	}
 	switch {
 	case c == nil && kind != nvmeof.KindConnect,
 		c != nil && kind == nvmeof.KindConnect,

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rdisk/rdisk/nvmeof"
+	"github.com/rdisk/rdisk/nvmeof/auth"
 )
 
 // capValue is the controller's CAP property (NVMe over Fabrics §3.5:
@@ -28,8 +29,11 @@ func (q *sq) fabrics(r *request, sqe nvmeof.SQE) {
 	case nvmeof.KindDisconnect:
 		// The host disconnects this I/O queue; the response goes first.
 		r.status = nvmeof.StatusSuccess
+	case nvmeof.KindAuthSend:
+		q.authSend(r, sqe.Auth())
+	case nvmeof.KindAuthReceive:
+		q.authReceive(r, sqe.Auth())
 	default:
-		// Authentication is not configured on any subsystem.
 		r.status, r.errLoc = nvmeof.StatusInvalidOpcode.WithDNR(), nvmeof.OffsetFCType
 	}
 }
@@ -88,6 +92,20 @@ func (q *sq) connect(r *request, sqe nvmeof.SQE) {
 		return
 	}
 	q.sqflow = cmd.CAttr()&nvmeof.ConnectAttrDisableSQFlow != 0
+	var authreq uint32
+	if a := t.hostAuth(d.HostNQN); a != nil && sub != t.discSub {
+		ac, err := auth.NewController(auth.ControllerConfig{HostNQN: d.HostNQN, SubsysNQN: sub.cfg.NQN, Secret: a.Key, CtrlSecret: a.CtrlKey,
+			Hashes: a.Hashes, DHGroups: a.DHGroups, SeqNums: &t.seq})
+		if err != nil {
+			t.log.Warn("nvmeof: DH-HMAC-CHAP settings unusable", "host", d.HostNQN, "err", err)
+			r.status = nvmeof.StatusInternal
+			return
+		}
+		// Every queue authenticates before other commands (nvmet sets ATR
+		// on each Connect of a host with a key).
+		q.auth = ac
+		authreq = nvmeof.ConnectAuthReqATR
+	}
 	if q.qid == 0 {
 		if d.CNTLID != nvmeof.CNTLIDDynamic {
 			connectParamErr(r, true, nvmeof.ConnectDataCNTLIDOffset)
@@ -113,7 +131,7 @@ func (q *sq) connect(r *request, sqe nvmeof.SQE) {
 		q.ctrlMu.Lock()
 		q.ctrl = c
 		q.ctrlMu.Unlock()
-		r.result = uint64(nvmeof.ConnectResult(id, 0))
+		r.result = uint64(nvmeof.ConnectResult(id, authreq))
 		t.log.Info("nvmeof: controller created", "cntlid", id, "subsystem", sub.cfg.NQN, "host", d.HostNQN, "kato", c.kato)
 		return
 	}
@@ -138,7 +156,95 @@ func (q *sq) connect(r *request, sqe nvmeof.SQE) {
 	q.ctrlMu.Lock()
 	q.ctrl = c
 	q.ctrlMu.Unlock()
-	r.result = uint64(nvmeof.ConnectResult(c.cntlid, 0))
+	r.result = uint64(nvmeof.ConnectResult(c.cntlid, authreq))
+}
+
+// authFields checks an Authentication Send/Receive command's fields as
+// nvmet does (SECP DH-HMAC-CHAP, SPSP0 and SPSP1 1, a non-zero length
+// matching the data pointer's) and returns the length.
+func (q *sq) authFields(r *request, cmd nvmeof.AuthCommand) (int, bool) {
+	if q.auth == nil {
+		// No authentication configured for this host.
+		r.status, r.errLoc = nvmeof.StatusInvalidOpcode.WithDNR(), nvmeof.OffsetFCType
+		return 0, false
+	}
+	switch {
+	case cmd.SECP() != auth.SECP:
+		r.status, r.errLoc = nvmeof.StatusInvalidField.WithDNR(), nvmeof.OffsetAuthSECP
+	case cmd.SPSP0() != auth.SPSP0:
+		r.status, r.errLoc = nvmeof.StatusInvalidField.WithDNR(), nvmeof.OffsetAuthSPSP0
+	case cmd.SPSP1() != auth.SPSP1:
+		r.status, r.errLoc = nvmeof.StatusInvalidField.WithDNR(), nvmeof.OffsetAuthSPSP1
+	case cmd.Length() == 0 || cmd.Length() > auth.MaxMessageSize:
+		r.status, r.errLoc = nvmeof.StatusInvalidField.WithDNR(), nvmeof.OffsetAuthLen
+	default:
+		n := int(cmd.Length())
+		if err := nvmeof.CheckTransferLen(uint32(r.xferLen), uint64(n)); err != nil || len(r.xfer) < n {
+			r.status, r.errLoc = nvmeof.StatusSGLInvalidDataLength.WithDNR(), offDPTR
+			return 0, false
+		}
+		return n, true
+	}
+	return 0, false
+}
+
+// authSend hands an Authentication Send's message to the queue's
+// DH-HMAC-CHAP state (nvmet_execute_auth_send): the command succeeds
+// whatever the message; a failure is the next Receive's Failure1, or was
+// the host's Failure2.
+func (q *sq) authSend(r *request, cmd nvmeof.AuthCommand) {
+	n, ok := q.authFields(r, cmd)
+	if !ok {
+		return
+	}
+	before := q.auth.State()
+	if err := q.auth.Send(r.xfer[:n]); err != nil {
+		q.authFailed(err)
+	}
+	q.authDone(before)
+}
+
+// authReceive returns the queue's next DH-HMAC-CHAP message, zero padded
+// to the allocation length (nvmet_execute_auth_receive).
+func (q *sq) authReceive(r *request, cmd nvmeof.AuthCommand) {
+	n, ok := q.authFields(r, cmd)
+	if !ok {
+		return
+	}
+	before := q.auth.State()
+	msg, err := q.auth.Receive(n)
+	if errors.Is(err, auth.ErrShortBuffer) {
+		r.status, r.errLoc = nvmeof.StatusInvalidField.WithDNR(), nvmeof.OffsetAuthLen
+		return
+	}
+	if err != nil {
+		q.authFailed(err)
+	}
+	k := copy(r.xfer[:n], msg)
+	clear(r.xfer[k:n])
+	r.outLen = n
+	q.authDone(before)
+}
+
+// authDone logs the end of a successful exchange.
+func (q *sq) authDone(before auth.ControllerState) {
+	if before != auth.CtrlAuthenticated && q.auth.State() == auth.CtrlAuthenticated {
+		q.t.log.Info("nvmeof: host authenticated", "host", q.authHost(), "qid", q.qid, "hash", q.auth.Hash(), "dhgroup", q.auth.DHGroup())
+	}
+}
+
+func (q *sq) authHost() string {
+	if c := q.controller(); c != nil {
+		return c.hostNQN
+	}
+	return ""
+}
+
+// authFailed logs a failed authentication, naming the host; its queue
+// then answers everything but Fabrics commands with Authentication
+// Required, and the host gives up (Linux tears the controller down).
+func (q *sq) authFailed(err error) {
+	q.t.log.Warn("nvmeof: DH-HMAC-CHAP authentication failed", "host", q.authHost(), "qid", q.qid, "err", err)
 }
 
 func (c *controller) propertyGet(r *request, cmd nvmeof.PropertyCommand) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/nvmeof"
+	"github.com/rdisk/rdisk/nvmeof/auth"
 )
 
 // SubsystemConfig describes an NVM subsystem, as nvmetcli's "subsystems"
@@ -33,6 +34,23 @@ type NamespaceConfig struct {
 	EUI64 [8]byte  // zero: not reported
 	// Disabled namespaces are configured but not visible to hosts.
 	Disabled bool
+}
+
+// HostAuth is a host's in-band authentication (DH-HMAC-CHAP) settings,
+// nvmet's hosts/<hostnqn>/dhchap_* attributes: a host with HostAuth must
+// authenticate every queue after Connect (the Connect result asks for it
+// with ATR) before any other command than Fabrics ones is accepted.
+type HostAuth struct {
+	// Key is the host's secret (dhchap_key).
+	Key auth.Secret
+	// CtrlKey is the controller's secret for bidirectional authentication
+	// (dhchap_ctrl_key); nil: a host asking for it is refused.
+	CtrlKey *auth.Secret
+	// Hashes and DHGroups are allowed in order of preference (dhchap_hash,
+	// dhchap_dhgroup); nil: SHA-256 first, the null group first, as
+	// nvmet's defaults.
+	Hashes   []auth.HashID
+	DHGroups []auth.DHGroupID
 }
 
 // Transport is what a port serves, as nvmetcli's "trtype" names it.

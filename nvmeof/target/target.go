@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdisk/rdisk/nvmeof"
+	"github.com/rdisk/rdisk/nvmeof/auth"
 	"github.com/rdisk/rdisk/rdma"
 )
 
@@ -53,6 +54,8 @@ type Target struct {
 	genctr uint64
 	disc   map[*controller]bool // discovery controllers, for log change events
 	queues map[*sq]bool
+	auths  map[string]*HostAuth // by host NQN
+	seq    auth.SeqCounter      // DH-HMAC-CHAP sequence numbers, one series per target as Linux has one
 }
 
 // New creates a Target with no subsystems and no ports.
@@ -70,7 +73,7 @@ func New(cfg Config) (*Target, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Target{p: cfg.Provider, log: log, fw: fw, hook: cfg.ConnHook, workers: cfg.Workers, ctx: ctx, cancel: cancel, started: time.Now(),
-		subs: map[string]*Subsystem{}, ports: map[uint16]*Port{}, disc: map[*controller]bool{}, queues: map[*sq]bool{}}
+		subs: map[string]*Subsystem{}, ports: map[uint16]*Port{}, disc: map[*controller]bool{}, queues: map[*sq]bool{}, auths: map[string]*HostAuth{}}
 	t.discSub = &Subsystem{t: t, cfg: SubsystemConfig{NQN: nvmeof.DiscoveryNQN, Serial: "rdisk-discovery", Model: "rdisk discovery",
 		AllowAnyHost: true, CntlIDMin: 1, CntlIDMax: 0xffef}, ns: map[uint32]*Namespace{}, ctrls: map[uint16]*controller{}, hosts: map[string]bool{}, nextCID: 1}
 	return t, nil
@@ -86,6 +89,39 @@ func (t *Target) removeQueue(q *sq) {
 	t.mu.Lock()
 	delete(t.queues, q)
 	t.mu.Unlock()
+}
+
+// SetHostAuth sets (a nil a: removes) the DH-HMAC-CHAP settings of host
+// hostNQN, for every subsystem it may connect to. Queues connected later
+// must authenticate; connected ones keep their state.
+func (t *Target) SetHostAuth(hostNQN string, a *HostAuth) error {
+	if a != nil {
+		if err := a.Key.Validate(); err != nil {
+			return fmt.Errorf("host %s: dhchap_key: %w", hostNQN, err)
+		}
+		if a.CtrlKey != nil {
+			if err := a.CtrlKey.Validate(); err != nil {
+				return fmt.Errorf("host %s: dhchap_ctrl_key: %w", hostNQN, err)
+			}
+		}
+		c := *a
+		a = &c
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if a == nil {
+		delete(t.auths, hostNQN)
+	} else {
+		t.auths[hostNQN] = a
+	}
+	return nil
+}
+
+// hostAuth returns the authentication settings of a host, or nil.
+func (t *Target) hostAuth(hostNQN string) *HostAuth {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.auths[hostNQN]
 }
 
 // AddSubsystem creates a subsystem.
