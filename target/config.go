@@ -1,6 +1,7 @@
 package target
 
 import (
+	"cmp"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/internal/units"
+	"github.com/rdisk/rdisk/nvmeof/auth"
 	nvmet "github.com/rdisk/rdisk/nvmeof/target"
 	"github.com/rdisk/rdisk/rdma"
 )
@@ -27,9 +29,67 @@ type Config struct {
 	Subsystems []Subsystem `json:"subsystems"`
 }
 
-// Host is an allowed host entry.
+// Host is a host entry. Its DH-HMAC-CHAP settings take nvmet's configfs
+// names (hosts/<nqn>/dhchap_key, dhchap_ctrl_key, dhchap_hash,
+// dhchap_dhgroup), flat or as nvmetcli's "dhchap" attribute group
+// ({"key", "ctrl_key", "hash", "dhgroup"}). Keys are in the DHHC-1 format
+// of nvme gen-dhchap-key.
 type Host struct {
-	NQN string `json:"nqn"`
+	NQN     string    `json:"nqn"`
+	Key     string    `json:"dhchap_key,omitempty"`
+	CtrlKey string    `json:"dhchap_ctrl_key,omitempty"`
+	Hash    string    `json:"dhchap_hash,omitempty"`
+	DHGroup string    `json:"dhchap_dhgroup,omitempty"`
+	DHCHAP  *HostChap `json:"dhchap,omitempty"`
+}
+
+// HostChap is nvmetcli's "dhchap" attribute group of a host.
+type HostChap struct {
+	Key     string `json:"key,omitempty"`
+	CtrlKey string `json:"ctrl_key,omitempty"`
+	Hash    string `json:"hash,omitempty"`
+	DHGroup string `json:"dhgroup,omitempty"`
+}
+
+// hostAuth returns the host's DH-HMAC-CHAP settings, or nil without a key.
+func (h *Host) hostAuth() (*nvmet.HostAuth, error) {
+	key, ckey, hash, group := h.Key, h.CtrlKey, h.Hash, h.DHGroup
+	if g := h.DHCHAP; g != nil {
+		key, ckey, hash, group = cmp.Or(key, g.Key), cmp.Or(ckey, g.CtrlKey), cmp.Or(hash, g.Hash), cmp.Or(group, g.DHGroup)
+	}
+	if key == "" {
+		if ckey != "" {
+			return nil, fmt.Errorf("host %s: dhchap_ctrl_key without dhchap_key", h.NQN)
+		}
+		return nil, nil
+	}
+	s, err := auth.ParseSecret(key)
+	if err != nil {
+		return nil, fmt.Errorf("host %s: dhchap_key: %w", h.NQN, err)
+	}
+	a := &nvmet.HostAuth{Key: s}
+	if ckey != "" {
+		cs, err := auth.ParseSecret(ckey)
+		if err != nil {
+			return nil, fmt.Errorf("host %s: dhchap_ctrl_key: %w", h.NQN, err)
+		}
+		a.CtrlKey = &cs
+	}
+	if hash != "" {
+		id, err := auth.ParseHashName(hash)
+		if err != nil {
+			return nil, fmt.Errorf("host %s: dhchap_hash: %w", h.NQN, err)
+		}
+		a.Hashes = []auth.HashID{id}
+	}
+	if group != "" {
+		id, err := auth.ParseDHGroupName(group)
+		if err != nil {
+			return nil, fmt.Errorf("host %s: dhchap_dhgroup: %w", h.NQN, err)
+		}
+		a.DHGroups = []auth.DHGroupID{id}
+	}
+	return a, nil
 }
 
 // Port is an nvmetcli port.
@@ -124,6 +184,18 @@ func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (
 			run.Close()
 		}
 	}()
+	for i := range c.Hosts {
+		h := &c.Hosts[i]
+		a, err := h.hostAuth()
+		if err != nil {
+			return nil, err
+		}
+		if a != nil {
+			if err := t.SetHostAuth(h.NQN, a); err != nil {
+				return nil, err
+			}
+		}
+	}
 	subs := map[string]*nvmet.Subsystem{}
 	for _, s := range c.Subsystems {
 		sc := nvmet.SubsystemConfig{NQN: s.NQN, AllowedHosts: s.AllowedHosts, Serial: s.Attr["serial"], Model: s.Attr["model"]}

@@ -137,3 +137,35 @@ func FuzzParseStart(f *testing.F) {
 		}
 	})
 }
+
+// TestStartHostAuth: hosts' DH-HMAC-CHAP keys (flat configfs names or
+// nvmetcli's dhchap group) are parsed before anything starts; a bad key
+// is refused naming the host and the field.
+func TestStartHostAuth(t *testing.T) {
+	t.Parallel()
+	p, _ := iwarp.New(iwarp.Config{})
+	defer p.Close()
+	const key = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:"
+	for _, tc := range []struct{ hosts, want string }{
+		{`[{"nqn":"nqn.h1","dhchap_key":"` + key + `","dhchap_hash":"hmac(sha256)","dhchap_dhgroup":"ffdhe2048"}]`, ""},
+		{`[{"nqn":"nqn.h1","dhchap":{"key":"` + key + `","dhgroup":"null"}}]`, ""},
+		{`[{"nqn":"nqn.h1","dhchap_key":"DHHC-1:00:AAAA:"}]`, "host nqn.h1: dhchap_key"},
+		{`[{"nqn":"nqn.h1","dhchap_key":"` + key + `","dhchap_dhgroup":"ffdhe1024"}]`, "host nqn.h1: dhchap_dhgroup"},
+		{`[{"nqn":"nqn.h1","dhchap_ctrl_key":"` + key + `"}]`, "dhchap_ctrl_key without dhchap_key"},
+	} {
+		c, err := Parse(strings.NewReader(`{"hosts":` + tc.hosts + `}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		run, err := Start(c, p, slog.New(slog.DiscardHandler), nil)
+		if err == nil {
+			run.Close()
+		}
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.hosts, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want an error with %q", tc.hosts, err, tc.want)
+		}
+	}
+}
