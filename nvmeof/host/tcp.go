@@ -79,7 +79,7 @@ type tcpSlot struct {
 	write  bool   // data moves host to controller
 	inline int    // bytes of data in the capsule
 
-	// R2T state, guarded by the queue's r2tMu.
+	// R2T state, guarded by the queue's sendMu.
 	sent     uint32 // end of the data sent so far
 	r2tOff   uint32 // the R2T being answered
 	r2tLen   uint32
@@ -113,12 +113,16 @@ type tcpQueue struct {
 
 	wmu        sync.Mutex // serializes writes to the connection
 	w          *tcp.Writer
-	sendClosed bool // guarded by wmu: the sweep ran, nothing more is sent
+	sendClosed bool // guarded by sendMu: the sweep ran, nothing more is sent
 	termBuf    [tcp.MaxTermReqSize]byte
 
-	r2tMu   sync.Mutex
-	r2ts    []*tcpSlot // commands with an R2T to answer, in arrival order
-	r2tWake chan struct{}
+	sendMu sync.Mutex // guards sendq, r2ts and the slots' R2T state
+	// sendq are the commands posted and not yet handed to the socket;
+	// the send goroutine takes them all at once (sendSpare is the other
+	// slice it swaps in).
+	sendq, sendSpare []*tcpSlot
+	r2ts             []*tcpSlot // commands with an R2T to answer, in arrival order
+	sendWake         chan struct{}
 	// H2C goroutine state.
 	h2cHdr [tcpH2CBatch][tcp.DataHLen + tcp.DigestSize]byte
 	h2cDD  [tcpH2CBatch][tcp.DigestSize]byte
@@ -127,12 +131,12 @@ type tcpQueue struct {
 	rd  *tcp.Reader
 	hdr [tcp.MaxHeaderSize]byte
 
-	deadOnce  sync.Once
-	dead      chan struct{}
-	deadErr   error // why the queue failed, set before dead is closed
-	reqErr    error // what requests fail with
-	exited    chan struct{}
-	h2cExited chan struct{}
+	deadOnce     sync.Once
+	dead         chan struct{}
+	deadErr      error // why the queue failed, set before dead is closed
+	reqErr       error // what requests fail with
+	exited       chan struct{}
+	senderExited chan struct{}
 }
 
 var _ hostQueue = (*tcpQueue)(nil)
@@ -144,8 +148,9 @@ func newTCPQueue(c *Controller, qid uint16, nslots, entries int, aer bool) *tcpQ
 		queueBase: queueBase{c: c, qid: qid, entries: entries},
 		hdgst:     c.cfg.HeaderDigest, ddgst: c.cfg.DataDigest,
 		slots: make([]tcpSlot, nslots), free: make([]int32, 0, nslots), wake: make(chan struct{}, 1),
-		r2ts: make([]*tcpSlot, 0, nslots), r2tWake: make(chan struct{}, 1),
-		dead: make(chan struct{}), exited: make(chan struct{}), h2cExited: make(chan struct{}),
+		r2ts: make([]*tcpSlot, 0, nslots), sendWake: make(chan struct{}, 1),
+		sendq: make([]*tcpSlot, 0, nslots), sendSpare: make([]*tcpSlot, 0, nslots),
+		dead: make(chan struct{}), exited: make(chan struct{}), senderExited: make(chan struct{}),
 	}
 	if qid == 0 {
 		q.inCapsule = tcpAdminInCapsule
@@ -207,7 +212,7 @@ func (q *tcpQueue) connect(ctx context.Context, addr string) error {
 	q.c.log.Debug("nvme host: TCP queue connected", "qid", q.qid, "addr", addr, "entries", q.entries,
 		"maxh2cdata", q.maxH2C, "hdgst", q.hdgst, "ddgst", q.ddgst)
 	q.started = true
-	go q.h2cLoop()
+	go q.sendLoop()
 	go q.recvLoop()
 	return nil
 }
@@ -455,38 +460,49 @@ func (q *tcpQueue) setDataCapsule(s *tcpSlot, data []byte, write bool, inCapsule
 // caller's again, unless the queue died meanwhile and its sweep completed
 // it (then post returns nil: the completion was delivered).
 func (q *tcpQueue) post(s *tcpSlot) error {
-	hd := 0
 	tcp.Header(s.pdu).Put(tcp.TypeCapsuleCmd, 0, tcp.CapsuleCmdHLen, q.hdgst, s.inline, q.ddgst, 0)
 	if q.hdgst {
 		tcp.PutDigest(s.pdu[tcp.CapsuleCmdHLen:], tcp.Digest(s.pdu[:tcp.CapsuleCmdHLen]))
-		hd = tcp.DigestSize
 	}
-	var inline []byte
-	if s.inline > 0 {
-		inline = s.data[:s.inline]
-		if q.ddgst {
-			tcp.PutDigest(s.ddgst[:], tcp.Digest(inline))
-		}
+	if s.inline > 0 && q.ddgst {
+		tcp.PutDigest(s.ddgst[:], tcp.Digest(s.data[:s.inline]))
 	}
 	s.issued.Store(time.Now().UnixNano())
 	s.state.Store(tcpSlotInFlight)
-	q.wmu.Lock()
+	q.sendMu.Lock()
 	if q.sendClosed {
-		q.wmu.Unlock()
+		q.sendMu.Unlock()
 		return q.reclaim(s)
 	}
-	q.w.Add(s.pdu[:tcp.CapsuleCmdHLen+hd])
-	if inline != nil {
-		q.w.Add(inline)
-		if q.ddgst {
-			q.w.Add(s.ddgst[:])
+	q.sendq = append(q.sendq, s)
+	q.sendMu.Unlock()
+	select {
+	case q.sendWake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// sendCapsules writes the capsules of batch in one writev.
+func (q *tcpQueue) sendCapsules(batch []*tcpSlot) error {
+	hl := tcp.CapsuleCmdHLen
+	if q.hdgst {
+		hl += tcp.DigestSize
+	}
+	q.wmu.Lock()
+	for _, s := range batch {
+		q.w.Add(s.pdu[:hl])
+		if s.inline > 0 {
+			q.w.Add(s.data[:s.inline])
+			if q.ddgst {
+				q.w.Add(s.ddgst[:])
+			}
 		}
 	}
 	err := q.w.Flush()
 	q.wmu.Unlock()
 	if err != nil {
-		q.fail(fmt.Errorf("sending a command: %w", err))
-		return q.reclaim(s)
+		return fmt.Errorf("sending commands: %w", err)
 	}
 	return nil
 }
@@ -619,10 +635,10 @@ func (q *tcpQueue) submit(ns *Namespace, r *blockdev.Request, buf *rdmaq.Buffer)
 func (q *tcpQueue) recvLoop() {
 	defer close(q.exited)
 	q.fail(q.receive())
-	<-q.h2cExited
-	q.wmu.Lock()
+	<-q.senderExited
+	q.sendMu.Lock()
 	q.sendClosed = true
-	q.wmu.Unlock()
+	q.sendMu.Unlock()
 	q.sweep()
 }
 
@@ -688,10 +704,10 @@ func (q *tcpQueue) recvResp(hdr tcp.Header) error {
 		s.status = nvmeof.StatusDataTransferError
 	}
 	if s.write && s.inline < len(s.data) {
-		q.r2tMu.Lock()
+		q.sendMu.Lock()
 		busy := s.r2tBusy
 		s.respLate = busy
-		q.r2tMu.Unlock()
+		q.sendMu.Unlock()
 		if busy {
 			return nil // the H2C goroutine still reads the data: it completes
 		}
@@ -756,7 +772,7 @@ func (q *tcpQueue) recvR2T(hdr tcp.Header) error {
 		return err
 	}
 	off, n := d.DataOffset(), d.DataLength()
-	q.r2tMu.Lock()
+	q.sendMu.Lock()
 	var e *tcp.Error
 	switch {
 	case !s.write || len(s.data) == 0:
@@ -769,40 +785,53 @@ func (q *tcpQueue) recvR2T(hdr tcp.Header) error {
 		e = &tcp.Error{FES: tcp.FESDataLimitExceeded, Err: fmt.Errorf("third R2T for command %d while one is answered (MAXR2T 0)", s.cid)}
 	}
 	if e != nil {
-		q.r2tMu.Unlock()
+		q.sendMu.Unlock()
 		return q.fatal(e, hdr)
 	}
 	if s.r2tBusy {
 		s.r2tNext, s.nextOff, s.nextLen, s.nextTTag = true, off, n, d.TTag()
-		q.r2tMu.Unlock()
+		q.sendMu.Unlock()
 		return nil
 	}
 	s.r2tOff, s.r2tLen, s.ttag, s.r2tBusy = off, n, d.TTag(), true
 	q.r2ts = append(q.r2ts, s)
-	q.r2tMu.Unlock()
+	q.sendMu.Unlock()
 	select {
-	case q.r2tWake <- struct{}{}:
+	case q.sendWake <- struct{}{}:
 	default:
 	}
 	return nil
 }
 
-// h2cLoop is the H2C goroutine: it answers R2Ts in the order they came.
-func (q *tcpQueue) h2cLoop() {
-	defer close(q.h2cExited)
+// sendLoop is the H2C goroutine: it answers R2Ts in the order they came.
+func (q *tcpQueue) sendLoop() {
+	defer close(q.senderExited)
 	for {
 		var s *tcpSlot
-		q.r2tMu.Lock()
+		q.sendMu.Lock()
+		batch := q.sendq
+		q.sendq = q.sendSpare
 		if len(q.r2ts) > 0 {
 			s = q.r2ts[0]
 			n := copy(q.r2ts, q.r2ts[1:])
 			q.r2ts[n] = nil
 			q.r2ts = q.r2ts[:n]
 		}
-		q.r2tMu.Unlock()
+		q.sendMu.Unlock()
+		if len(batch) > 0 {
+			if err := q.sendCapsules(batch); err != nil {
+				q.fail(err)
+				return
+			}
+		}
+		clear(batch)
+		q.sendSpare = batch[:0]
 		if s == nil {
+			if len(batch) > 0 {
+				continue
+			}
 			select {
-			case <-q.r2tWake:
+			case <-q.sendWake:
 				continue
 			case <-q.dead:
 				return
@@ -819,9 +848,9 @@ func (q *tcpQueue) h2cLoop() {
 // MAXH2CDATA bytes each, LAST_PDU on the final one (as Linux
 // nvme_tcp_setup_h2c_data_pdu), batching up to tcpH2CBatch per writev.
 func (q *tcpQueue) answerR2T(s *tcpSlot) error {
-	q.r2tMu.Lock()
+	q.sendMu.Lock()
 	off, end := s.r2tOff, s.r2tOff+s.r2tLen
-	q.r2tMu.Unlock()
+	q.sendMu.Unlock()
 	for off < end {
 		select {
 		case <-q.dead:
@@ -858,21 +887,21 @@ func (q *tcpQueue) answerR2T(s *tcpSlot) error {
 			return fmt.Errorf("sending H2CData for command %d: %w", s.cid, err)
 		}
 		if off == end {
-			q.r2tMu.Lock()
+			q.sendMu.Lock()
 			s.sent = max(s.sent, end)
 			if s.r2tNext { // the next R2T came meanwhile
 				s.r2tNext = false
 				s.r2tOff, s.r2tLen, s.ttag = s.nextOff, s.nextLen, s.nextTTag
 				off, end = s.r2tOff, s.r2tOff+s.r2tLen
 			}
-			q.r2tMu.Unlock()
+			q.sendMu.Unlock()
 		}
 	}
-	q.r2tMu.Lock()
+	q.sendMu.Lock()
 	s.r2tBusy = false
 	late := s.respLate
 	s.respLate = false
-	q.r2tMu.Unlock()
+	q.sendMu.Unlock()
 	if late {
 		q.finish(s, nil)
 	}
