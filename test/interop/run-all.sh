@@ -18,6 +18,8 @@
 #   nvme-linux-host-tcp   run-nvme-linux-host.sh, NVME_TRANSPORT=tcp (Linux nvme-tcp)
 #   nvme-linux-host-tcp-digest  the same with header and data digests
 #   nvme-host             run-nvme-host.sh (rdisk host against nvmet-rdma)
+#   nvme-host-tcp         the same against nvmet-tcp (NVME_HOST_TRANSPORT=tcp)
+#   nvme-host-tcp-digest  the same with header and data digests
 #   iser-linux            run-iser-linux.sh (ib_iser and iscsi_tcp)
 #   srp-linux             run-srp-linux-initiator.sh (ib_srp defaults: fast
 #                         registration, direct descriptors)
@@ -66,7 +68,7 @@ run() {
   echo "=== $name: ${*:+$* }$script"
   t0=$SECONDS
   # The runs' own settings only: unset what selects a variant.
-  env -u NVME_BACKING -u NVME_TRANSPORT -u NVME_DIGEST -u SRP_MODPARAMS -u SRP_EXTRA RPING_LOG="$dir/$name.log" NVME_LOG="$dir/$name.log" NVME_HOST_LOG="$dir/$name.log" \
+  env -u NVME_BACKING -u NVME_TRANSPORT -u NVME_DIGEST -u NVME_HOST_TRANSPORT -u NVME_HOST_DIGEST -u SRP_MODPARAMS -u SRP_EXTRA RPING_LOG="$dir/$name.log" NVME_LOG="$dir/$name.log" NVME_HOST_LOG="$dir/$name.log" \
     ISER_LOG="$dir/$name.log" SRP_LOG="$dir/$name.log" "$@" \
     "$ROOT/test/interop/$script" >"$dir/$name.out" 2>&1
   rc=$?
@@ -97,6 +99,8 @@ run nvme-linux-host-loop run-nvme-linux-host.sh NVME_BACKING=loop
 run nvme-linux-host-tcp run-nvme-linux-host.sh NVME_TRANSPORT=tcp
 run nvme-linux-host-tcp-digest run-nvme-linux-host.sh NVME_TRANSPORT=tcp NVME_DIGEST=1
 run nvme-host run-nvme-host.sh
+run nvme-host-tcp run-nvme-host.sh NVME_HOST_TRANSPORT=tcp
+run nvme-host-tcp-digest run-nvme-host.sh NVME_HOST_TRANSPORT=tcp NVME_HOST_DIGEST=1
 run iser-linux run-iser-linux.sh
 run srp-linux run-srp-linux-initiator.sh
 run srp-linux-indirect run-srp-linux-initiator.sh "SRP_MODPARAMS=$indirect"

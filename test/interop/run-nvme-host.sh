@@ -9,6 +9,8 @@
 #   LAB=DIR               the lab (default: ../shared/lab next to the project root)
 #   NVME_HOST_RUNTIME=N   seconds per bench run in the guest (default 5)
 #   NVME_HOST_DEBUG=1     rdisk --log-level debug in the guest
+#   NVME_HOST_TRANSPORT=tcp  against nvmet-tcp with nvme+tcp:// URLs
+#   NVME_HOST_DIGEST=1    with tcp: header and data digests
 #   NVME_HOST_LOG=FILE    full console log (default $TMPDIR/rdisk-nvme-host.log)
 #   NVME_HOST_TIMEOUT=N   host-side guard in seconds (default 900)
 # Exit status: the guest script's (0 = every case passed).
@@ -35,7 +37,7 @@ if ! (cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -o "$tmp/rdisk" ./cmd/rdisk
 fi
 
 envs=()
-for v in NVME_HOST_RUNTIME NVME_HOST_DEBUG; do
+for v in NVME_HOST_RUNTIME NVME_HOST_DEBUG NVME_HOST_TRANSPORT NVME_HOST_DIGEST; do
   [[ -n ${!v:-} ]] && envs+=(--env "$v=${!v}")
 done
 log=${NVME_HOST_LOG:-${TMPDIR:-/tmp}/rdisk-nvme-host.log}

@@ -1,13 +1,15 @@
 #!/bin/sh
 # rdisk interop: rdisk's NVMe-oF host (nvmeof/host over the pure-Go iWARP
-# provider) against the Linux kernel's NVMe-oF target (nvmet-rdma) over siw,
-# inside the RDMA lab guest. Run it through test/interop/run-nvme-host.sh; it
+# provider, or over NVMe/TCP) against the Linux kernel's NVMe-oF target
+# (nvmet-rdma over siw, or nvmet-tcp), inside the RDMA lab guest. Run it through test/interop/run-nvme-host.sh; it
 # expects in /guest/files (PATH):
 #   rdisk        the rdisk binary, CGO_ENABLED=0
 #   lab-net.sh   the lab's helper (LAB_IP, lab_dummy_up); inlined if absent
 # Environment (run-guest.sh --env):
 #   NVME_HOST_RUNTIME   seconds per bench run (default 5)
 #   NVME_HOST_DEBUG=1   rdisk --log-level debug
+#   NVME_HOST_TRANSPORT=tcp  nvmet-tcp and nvme+tcp:// URLs instead of RDMA
+#   NVME_HOST_DIGEST=1  with tcp: header and data digests (--hdr-digest --data-digest)
 #
 # nvmet exports a 64 MiB RAM-backed namespace (a loop device over a file in
 # the guest's RAM root) as nsid 1 of $NQN on $LAB_IP:4420 (rdma). Then:
@@ -40,7 +42,14 @@ fi
 RT=${NVME_HOST_RUNTIME:-5}
 NQN=nqn.2026-11.io.rdisk:nvmet-interop
 PORT=4420
-BASE=nvme://$LAB_IP:$PORT
+TR=${NVME_HOST_TRANSPORT:-rdma}
+SCHEME=nvme
+DG=
+if [ "$TR" = tcp ]; then
+  SCHEME=nvme+tcp
+  [ "${NVME_HOST_DIGEST:-0}" = 1 ] && DG="--hdr-digest --data-digest"
+fi
+BASE=$SCHEME://$LAB_IP:$PORT
 URL=$BASE/$NQN
 NVMET=/sys/kernel/config/nvmet
 RDISK="rdisk"
@@ -49,7 +58,7 @@ SUMMARY=/tmp/summary.txt
 : > $SUMMARY
 failed=0
 
-echo "NVME-HOST: kernel=$(uname -r) rdisk=$(command -v rdisk) runtime=${RT}s"
+echo "NVME-HOST: kernel=$(uname -r) rdisk=$(command -v rdisk) runtime=${RT}s transport=$TR digests=${DG:-none}"
 if ! command -v rdisk >/dev/null; then
   echo "NVME-HOST: FAIL (no rdisk binary in the guest)"
   exit 1
@@ -73,8 +82,10 @@ json_num() {
 
 # --- setup: siw on dummy0, nvmet-rdma with a RAM-backed namespace
 lab_dummy_up
-rdma link add siw0 type siw netdev dummy0 || { echo "NVME-HOST: FAIL (rdma link add siw0)"; exit 1; }
-[ -d $NVMET ] || modprobe nvmet-rdma
+if [ "$TR" = rdma ]; then
+  rdma link add siw0 type siw netdev dummy0 || { echo "NVME-HOST: FAIL (rdma link add siw0)"; exit 1; }
+fi
+modprobe nvmet-$TR
 [ -d $NVMET ] || { echo "NVME-HOST: FAIL (no nvmet configfs)"; exit 1; }
 dd if=/dev/zero of=/tmp/ns1.img bs=1M count=64 2>/dev/null
 dd if=/dev/zero of=/tmp/ns2.img bs=1M count=16 2>/dev/null
@@ -87,20 +98,20 @@ mkdir -p $NVMET/subsystems/$NQN/namespaces/1
 printf '%s' "$LOOP1" > $NVMET/subsystems/$NQN/namespaces/1/device_path
 echo 1 > $NVMET/subsystems/$NQN/namespaces/1/enable
 mkdir -p $NVMET/ports/1
-echo rdma > $NVMET/ports/1/addr_trtype
+echo $TR > $NVMET/ports/1/addr_trtype
 echo ipv4 > $NVMET/ports/1/addr_adrfam
 echo $LAB_IP > $NVMET/ports/1/addr_traddr
 echo $PORT > $NVMET/ports/1/addr_trsvcid
 ln -s $NVMET/subsystems/$NQN $NVMET/ports/1/subsystems/$NQN
-echo "NVME-HOST: nvmet-rdma on $LAB_IP:$PORT, $NQN nsid 1 = $LOOP1 (64 MiB), inline_data_size=$(cat $NVMET/ports/1/param_inline_data_size 2>/dev/null)"
+echo "NVME-HOST: nvmet-$TR on $LAB_IP:$PORT, $NQN nsid 1 = $LOOP1 (64 MiB), inline_data_size=$(cat $NVMET/ports/1/param_inline_data_size 2>/dev/null)"
 dmesg | grep -E 'nvmet' | tail -3
 
 # --- discover
 mark=$(dmesg | wc -l)
 echo; echo "=== discover: $RDISK discover $BASE ==="
-$RDISK discover --timeout 30s $BASE > /tmp/disc.out 2> /tmp/disc.err; rc=$?
+$RDISK discover --timeout 30s $BASE $DG > /tmp/disc.out 2> /tmp/disc.err; rc=$?
 cat /tmp/disc.out /tmp/disc.err
-$RDISK discover --timeout 30s $BASE --json > /tmp/disc.json 2>> /tmp/disc.err; rcj=$?
+$RDISK discover --timeout 30s $BASE $DG --json > /tmp/disc.json 2>> /tmp/disc.err; rcj=$?
 cat /tmp/disc.json
 n=$(sed -n 's/^Discovery Log Number of Records \([0-9]*\),.*/\1/p' /tmp/disc.out)
 if [ $rc = 0 ] && [ $rcj = 0 ] && grep -q "^subnqn:  $NQN\$" /tmp/disc.out && grep -q "^traddr:  $LAB_IP\$" /tmp/disc.out \
@@ -112,8 +123,8 @@ fi
 
 # --- identify
 mark=$(dmesg | wc -l)
-echo; echo "=== identify: $RDISK nvme identify $URL/1 ==="
-$RDISK nvme identify $URL/1 > /tmp/id.out 2> /tmp/id.err; rc=$?
+echo; echo "=== identify: $RDISK nvme identify $URL/1 $DG ==="
+$RDISK nvme identify $URL/1 $DG > /tmp/id.out 2> /tmp/id.err; rc=$?
 cat /tmp/id.out /tmp/id.err
 mn=$(sed -n 's/^mn *: *//p' /tmp/id.out | sed 's/ *$//')
 mdts=$(sed -n 's/^mdts *: *//p' /tmp/id.out)
@@ -128,7 +139,7 @@ fi
 # --- list
 mark=$(dmesg | wc -l)
 echo; echo "=== list: $RDISK nvme list $URL ==="
-$RDISK nvme list $URL > /tmp/list.out 2> /tmp/list.err; rc=$?
+$RDISK nvme list $URL $DG > /tmp/list.out 2> /tmp/list.err; rc=$?
 cat /tmp/list.out /tmp/list.err
 if [ $rc = 0 ] && grep -q "^$URL/1 " /tmp/list.out; then
   result list PASS "$(grep -c "^$URL/" /tmp/list.out) namespace(s)"
@@ -138,8 +149,8 @@ fi
 
 # --- smart-log
 mark=$(dmesg | wc -l)
-echo; echo "=== smart-log: $RDISK nvme smart-log $URL ==="
-$RDISK nvme smart-log $URL > /tmp/smart.out 2> /tmp/smart.err; rc=$?
+echo; echo "=== smart-log: $RDISK nvme smart-log $URL $DG ==="
+$RDISK nvme smart-log $URL $DG > /tmp/smart.out 2> /tmp/smart.err; rc=$?
 cat /tmp/smart.out /tmp/smart.err
 if [ $rc = 0 ] && grep -q '^critical_warning *: 0' /tmp/smart.out; then
   result smart-log PASS "$(grep -E '^(host_read_commands|host_write_commands)' /tmp/smart.out | tr -s ' ' | tr '\n' ' ')"
@@ -154,7 +165,7 @@ bench_case() {
   mark=$(dmesg | wc -l)
   echo; echo "=== $name: $RDISK bench $URL/1 $* --json ==="
   t0=$(date +%s)
-  $RDISK bench $URL/1 "$@" --json > /tmp/$name.json 2> /tmp/$name.err; rc=$?
+  $RDISK bench $URL/1 "$@" $DG --json > /tmp/$name.json 2> /tmp/$name.err; rc=$?
   t1=$(date +%s)
   cat /tmp/$name.json; cat /tmp/$name.err
   ios=$(json_num /tmp/$name.json ios); errs=$(json_num /tmp/$name.json errors)
@@ -177,9 +188,9 @@ bench_case randwrite-16k --rw randwrite --verify --bs 16KiB --qd 8 --jobs 4 --ru
 # seed, a read-only verify run of it, and the header on the loop device.
 mark=$(dmesg | wc -l)
 echo; echo "=== backing: write 4 MiB with seed 7, verify it read-only, check $LOOP1 ==="
-$RDISK bench $URL/1 --rw write --verify --bs 64KiB --qd 4 --size 4MiB --runtime 1s --seed 7 -q > /tmp/bw.out 2>&1; rc1=$?
-$RDISK bench $URL/1 --rw read --verify --bs 64KiB --qd 4 --size 4MiB --runtime 1s --seed 7 -q > /tmp/br.out 2>&1; rc2=$?
-$RDISK bench $URL/1 --rw read --verify --bs 64KiB --qd 4 --size 4MiB --runtime 1s --seed 8 -q > /tmp/bx.out 2>&1; rc3=$?
+$RDISK bench $URL/1 --rw write --verify --bs 64KiB --qd 4 --size 4MiB --runtime 1s --seed 7 -q $DG > /tmp/bw.out 2>&1; rc1=$?
+$RDISK bench $URL/1 --rw read --verify --bs 64KiB --qd 4 --size 4MiB --runtime 1s --seed 7 -q $DG > /tmp/br.out 2>&1; rc2=$?
+$RDISK bench $URL/1 --rw read --verify --bs 64KiB --qd 4 --size 4MiB --runtime 1s --seed 8 -q $DG > /tmp/bx.out 2>&1; rc3=$?
 cat /tmp/bw.out /tmp/br.out; tail -5 /tmp/bx.out
 echo 3 > /proc/sys/vm/drop_caches
 magic=$(dd if=$LOOP1 bs=512 count=1 skip=4096 iflag=direct 2>/dev/null | head -c 8)
@@ -194,8 +205,8 @@ bench_case randread --rw randread --bs 4KiB --qd 32 --runtime ${RT}s
 
 # --- wrong subsystem NQN
 mark=$(dmesg | wc -l)
-echo; echo "=== wrong-nqn: $RDISK nvme list $BASE/nqn.2026-11.io.rdisk:does-not-exist ==="
-$RDISK nvme list $BASE/nqn.2026-11.io.rdisk:does-not-exist > /tmp/wrong.out 2> /tmp/wrong.err; rc=$?
+echo; echo "=== wrong-nqn: $RDISK nvme list $BASE/nqn.2026-11.io.rdisk:does-not-exist $DG ==="
+$RDISK nvme list $BASE/nqn.2026-11.io.rdisk:does-not-exist $DG > /tmp/wrong.out 2> /tmp/wrong.err; rc=$?
 cat /tmp/wrong.out /tmp/wrong.err
 if [ $rc != 0 ] && [ "$(wc -l < /tmp/wrong.err)" = 1 ] && grep -q 'subsystem NQN not found' /tmp/wrong.err; then
   result wrong-nqn PASS "$(cat /tmp/wrong.err)"
@@ -206,14 +217,14 @@ fi
 # --- namespace added while connected: the AEN, then list shows it
 mark=$(dmesg | wc -l)
 echo; echo "=== ns-add: enable nsid 2 during a bench run ==="
-rdisk --log-level info bench $URL/1 --rw randread --qd 4 --runtime 4s -q > /tmp/nsadd.out 2> /tmp/nsadd.err & bpid=$!
+rdisk --log-level info bench $URL/1 --rw randread --qd 4 --runtime 4s -q $DG > /tmp/nsadd.out 2> /tmp/nsadd.err & bpid=$!
 sleep 2
 mkdir -p $NVMET/subsystems/$NQN/namespaces/2
 printf '%s' "$LOOP2" > $NVMET/subsystems/$NQN/namespaces/2/device_path
 echo 1 > $NVMET/subsystems/$NQN/namespaces/2/enable
 wait $bpid; rcb=$?
 cat /tmp/nsadd.out /tmp/nsadd.err
-$RDISK nvme list $URL > /tmp/list2.out 2>&1; rc=$?
+$RDISK nvme list $URL $DG > /tmp/list2.out 2>&1; rc=$?
 cat /tmp/list2.out
 if [ $rcb = 0 ] && [ $rc = 0 ] && grep -q "^$URL/2 " /tmp/list2.out && grep -q 'asynchronous event' /tmp/nsadd.err; then
   result ns-add PASS "AEN seen by the running host ($(grep -o 'namespaces=[^ ]*' /tmp/nsadd.err | head -1)); list shows nsid 2"
