@@ -1,11 +1,32 @@
-// Package host is rdisk's NVMe over Fabrics host (initiator) over RDMA: it
-// connects to a controller through any rdma.Provider (the pure-Go iWARP
-// provider interoperates with Linux nvmet-rdma over siw), brings it up the
-// way the Linux host does, and exposes namespaces as blockdev.Devices.
+// Package host is rdisk's NVMe over Fabrics host (initiator) over RDMA and
+// TCP: it connects to a controller through any rdma.Provider (the pure-Go
+// iWARP provider interoperates with Linux nvmet-rdma over siw) or over
+// NVMe/TCP (Config.Transport, nvme+tcp:// URLs), brings it up the way the
+// Linux host does, and exposes namespaces as blockdev.Devices. The
+// Controller, the admin commands and Namespace.Submit run on either
+// transport's queues through one internal interface (hostQueue).
+//
+// # NVMe/TCP
+//
+// Each queue is a TCP connection (TCP_NODELAY) opened with ICReq/ICResp
+// (PFV 0, HPDA 0, MAXR2T 0, the header and data digests asked for; the
+// ICResp must enable exactly those, with CPDA 0 and MAXH2CDATA >= 4096, a
+// multiple of 4), as Linux nvme-tcp. Writes up to IOCCSZ*16-64 bytes (8 KiB
+// on the admin queue, so Fabrics Connect data always) go in the capsule
+// (SGL 0x01); other data uses the transport SGL 0x5A: the controller sends
+// C2HData, placed at DATAO straight into the request's buffer (SUCCESS
+// completes the command without a CapsuleResp), or R2Ts, answered with
+// H2CData PDUs of at most MAXH2CDATA bytes. A data digest mismatch fails
+// that command with Data Transfer Error; a bad header digest, a PDU for a
+// command not in flight, data out of range or a C2HTermReq fail the queue
+// (and the controller). Each queue has a receive goroutine and a send
+// goroutine that writes queued capsules several per writev and answers
+// R2Ts, so the receiver never blocks on the socket. Buffers are plain
+// page-aligned memory; nothing on the I/O path allocates.
 //
 // # Connection
 //
-// Connect runs, on the admin queue: the NVMe/RDMA CM request (QID 0,
+// Connect runs, on the admin queue: the NVMe/RDMA CM request (TCP: ICReq) (QID 0,
 // HRQSIZE 32, HSQSIZE 31), Fabrics Connect with the host's NQN and ID,
 // Property Get CAP and VS, Property Set CC with EN and a poll of CSTS.RDY,
 // Identify Controller (checked as Linux nvme_check_ctrl_fabric_info and
