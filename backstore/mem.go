@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // RAM disk layout: the disk is cut in chunks of MemChunkSize bytes, allocated
@@ -180,7 +181,11 @@ func (m *Mem) ViewAt(segs [][]byte, off int64, n int) (int, error) {
 			c = m.zeros
 		}
 		l := min(left, MemChunkSize-co)
-		segs[k] = c[co : co+l : co+l]
+		// Not c[co:co+l]: slicing the array pointer makes the compiler
+		// check it for nil by loading the chunk's first byte, a cache
+		// (and often TLB) miss of its own on a random read (12% of a
+		// 4 KiB NVMe/TCP randread profile). c is never nil here.
+		segs[k] = unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(c), co)), l)
 		o += int64(l)
 		left -= l
 	}
