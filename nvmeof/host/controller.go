@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdisk/rdisk/nvmeof"
+	"github.com/rdisk/rdisk/nvmeof/auth"
 	"github.com/rdisk/rdisk/rdma"
 )
 
@@ -69,6 +70,21 @@ type Config struct {
 	// digests (CRC32C; nvme-cli's --hdr-digest and --data-digest). The
 	// controller must enable both as asked. They are refused on RDMA.
 	HeaderDigest, DataDigest bool
+	// DHCHAPSecret is the host's DH-HMAC-CHAP secret (nvme-cli's connect
+	// --dhchap-secret). When a queue's Fabrics Connect result asks for
+	// authentication (ATR), the host runs the exchange on that queue with
+	// it; without it such a Connect fails with ErrAuthRequired. It is
+	// unused when the controller does not ask.
+	DHCHAPSecret *auth.Secret
+	// DHCHAPCtrlSecret, with DHCHAPSecret, is the controller's secret
+	// (--dhchap-ctrl-secret): the host then also authenticates the
+	// controller (bidirectional authentication).
+	DHCHAPCtrlSecret *auth.Secret
+	// DHCHAPHashes and DHCHAPGroups restrict what the host offers, in
+	// order of preference; nil offers everything, as Linux does (SHA-256,
+	// -384, -512; the null group and ffdhe2048 to ffdhe8192).
+	DHCHAPHashes []auth.HashID
+	DHCHAPGroups []auth.DHGroupID
 	// Logger receives connection events; nil discards them.
 	Logger *slog.Logger
 	// OnEvent, if set, is called for every asynchronous event, after the
@@ -121,6 +137,9 @@ func (cfg *Config) setDefaults(discovery bool) error {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.checkAuth(); err != nil {
+		return err
 	}
 	switch cfg.Transport = cfg.Transport.orDefault(); cfg.Transport {
 	case TransportRDMA:
@@ -176,6 +195,13 @@ type Controller struct {
 	bg        sync.WaitGroup
 	stop      chan struct{}
 	aen       chan uint32
+
+	// DH-HMAC-CHAP: the transaction ID counter of the controller (Linux
+	// ctrl->transaction), the S2 sequence numbers of its queues, and the
+	// lock that keeps Reauthenticate calls apart.
+	authTID atomic.Uint32
+	authSeq auth.SeqCounter
+	authMu  sync.Mutex
 }
 
 // Connect connects to the subsystem subNQN at addr ("host:port") over
@@ -226,8 +252,8 @@ func (c *Controller) start(ctx context.Context) error {
 		return err
 	}
 	c.cntlid = uint16(res)
-	if res&(nvmeof.ConnectAuthReqATR|nvmeof.ConnectAuthReqASCR) != 0 {
-		return fmt.Errorf("subsystem %s requires in-band authentication (DH-HMAC-CHAP), which rdisk does not support", c.subNQN)
+	if err := c.connectAuth(ctx, c.admin, res); err != nil {
+		return err
 	}
 	if err := c.enable(ctx); err != nil {
 		return err
@@ -427,7 +453,11 @@ func (c *Controller) setupIO(ctx context.Context) error {
 		if err := q.connect(ctx, c.addr); err != nil {
 			return c.connectErr(uint16(i), err)
 		}
-		if _, err := c.fabricsConnect(ctx, q, c.cntlid); err != nil {
+		res, err := c.fabricsConnect(ctx, q, c.cntlid)
+		if err != nil {
+			return err
+		}
+		if err := c.connectAuth(ctx, q, res); err != nil {
 			return err
 		}
 	}

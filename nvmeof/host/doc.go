@@ -37,6 +37,24 @@
 // Discover does the same with the discovery subsystem and reads its log,
 // re-reading it while its generation counter moves.
 //
+// # Authentication
+//
+// DH-HMAC-CHAP (package nvmeof/auth) runs as in Linux
+// (drivers/nvme/host/auth.c): when the Fabrics Connect result of a queue
+// (admin or I/O) has ATR set, that queue runs one exchange before any other
+// command: Authentication Send of the AUTH_Negotiate (every hash and group
+// unless Config.DHCHAPHashes/DHCHAPGroups restrict them), Authentication
+// Receive of the challenge (AL 4096, Linux's CHAP_BUF_SIZE), Send of the
+// Reply, Receive of Success1 and, with Config.DHCHAPCtrlSecret, Send of
+// Success2 after checking the controller's response. Transaction IDs come
+// from a per-controller counter starting at 0, one per exchange. A failure
+// fails Connect with an *AuthError naming the queue and the auth.FailureCode
+// (the host sends AUTH_Failure2 when it is the one giving up); ATR without
+// Config.DHCHAPSecret fails with ErrAuthRequired, ASCR (secure channel
+// concatenation) is refused. Controller.Reauthenticate re-runs it on every
+// queue. A controller that does not ask is not authenticated, whatever the
+// Config.
+//
 // # I/O
 //
 // Each I/O queue has a fixed set of command slots, each with its capsule in

@@ -29,6 +29,8 @@ type tcpFake struct {
 	r2tChunk int    // bytes per R2T
 	success  bool   // reads end with C2HData SUCCESS instead of a CapsuleResp
 	ioccsz   uint32
+	// authreq is ORed into every Connect result (ConnectAuthReq* bits).
+	authreq uint32
 	// icresp edits the ICResp before it is sent.
 	icresp func(*tcp.ICFields)
 	// io, if set, sees every I/O command first; true means it handled it.
@@ -317,7 +319,7 @@ func (q *tcpFakeQueue) handle(sqe nvmeof.SQE, inline []byte) error {
 			f.fail("Connect with %d bytes of data", len(data))
 		}
 		q.qid = sqe.Connect().QID()
-		return q.respond(sqe.CID(), 0, uint64(nvmeof.ConnectResult(1, 0)))
+		return q.respond(sqe.CID(), 0, uint64(nvmeof.ConnectResult(1, f.authreq)))
 	}
 	if q.qid == 0 {
 		return q.admin(sqe, kind)
