@@ -128,7 +128,8 @@ type sq struct {
 	sqflow bool        // SQ flow control disabled (Connect CATTR)
 	// auth is the queue's DH-HMAC-CHAP state when its host must
 	// authenticate (queue goroutine only: Fabrics commands run there).
-	auth *auth.Controller
+	auth       *auth.Controller
+	authWarned bool // the missing authentication was logged
 
 	closeOnce sync.Once
 }
@@ -185,6 +186,11 @@ func (q *sq) begin(r *request) bool {
 	if c != nil && !isFabrics(kind) && q.auth != nil && !q.auth.Authenticated() {
 		// nvmet_check_auth_status, before the controller's state.
 		c.traffic()
+		if !q.authWarned {
+			q.authWarned = true
+			q.t.log.Warn("nvmeof: host has not authenticated (DH-HMAC-CHAP): refusing its commands with Authentication Required",
+				"host", c.hostNQN, "qid", q.qid, "subsystem", c.sub.cfg.NQN)
+		}
 		r.status = nvmeof.StatusAuthRequired.WithDNR()
 		return false
 	}
