@@ -19,7 +19,7 @@ func benchCommand() *cli.Command {
 		Name:      "bench",
 		Usage:     "load-test a remote disk, fio style (random/sequential read/write, latency percentiles, --verify)",
 		ArgsUsage: "URL (nvme://HOST[:PORT]/SUBNQN[/NSID] (RDMA; also nvme+rdma://), nvme+tcp://HOST[:PORT]/SUBNQN[/NSID], iser://HOST[:PORT]/IQN/LUN, iscsi://HOST[:PORT]/IQN/LUN, srp://HOST[:PORT]/ID_EXT/IOC_GUID/LUN)",
-		Flags: append(append(append(hostIDFlags(), iscsiFlags()...), digestFlags()...),
+		Flags: append(append(append(append(hostIDFlags(), iscsiFlags()...), digestFlags()...), dhchapFlags()...),
 			&cli.StringFlag{Name: "rw", Value: "randread", Usage: "read, write, randread, randwrite or randrw"},
 			&cli.IntFlag{Name: "mix", Value: 50, Usage: "percentage of reads of randrw"},
 			&cli.StringFlag{Name: "bs", Value: "4KiB", Usage: "I/O size"},

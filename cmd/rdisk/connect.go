@@ -14,6 +14,7 @@ import (
 
 	"github.com/rdisk/rdisk/initiator"
 	"github.com/rdisk/rdisk/internal/units"
+	"github.com/rdisk/rdisk/nvmeof/host"
 	"github.com/urfave/cli/v2"
 )
 
@@ -33,8 +34,10 @@ and exports the disk:
 
 With neither, the disk is served on the NBD socket /run/rdisk/NAME.nbd. If the
 connection drops, I/O is retried on a new connection for --loss-timeout, then
-fails with EIO. --hdr-digest and --data-digest (NVMe/TCP) are settings of the
-initiator daemon: they apply when connect starts it (or with --foreground).`,
+fails with EIO. --hdr-digest and --data-digest (NVMe/TCP) and the DH-HMAC-CHAP
+secrets (--dhchap-secret, --dhchap-ctrl-secret: used for any NVMe-oF controller
+that asks for in-band authentication) are settings of the initiator daemon: they
+apply when connect starts it (or with --foreground).`,
 		Flags: append(append([]cli.Flag{
 			&cli.StringFlag{Name: "name", Usage: "session name (default disk0, disk1...); also the FUSE file name and the NBD export name"},
 			&cli.StringSliceFlag{Name: "nbd", Usage: "NBD listen address: unix:/PATH or tcp:127.0.0.1:PORT (repeatable)"},
@@ -43,7 +46,7 @@ initiator daemon: they apply when connect starts it (or with --foreground).`,
 			&cli.BoolFlag{Name: "foreground", Usage: "run the daemon in this process with this session (until interrupted)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the session as JSON"},
 			controlFlag(),
-		}, sessionFlags()...), append(hostIDFlags(), digestFlags()...)...),
+		}, sessionFlags()...), append(append(hostIDFlags(), digestFlags()...), dhchapFlags()...)...),
 		Action: func(c *cli.Context) error { return runConnect(c, mk) },
 	}
 }
@@ -72,6 +75,11 @@ func runConnect(c *cli.Context, mk dialerFactory) error {
 	if err := spec.Validate(); err != nil {
 		return err
 	}
+	// Check the secrets here, so that their errors name the flag instead
+	// of ending in the log of a daemon that failed to start.
+	if err := dhchapFromFlags(c, &host.Config{}); err != nil {
+		return err
+	}
 	if c.Bool("foreground") {
 		if _, err := callDaemon(c, &initiator.Request{Op: initiator.OpPing}, 2*time.Second); err == nil {
 			return fmt.Errorf("an initiator daemon is already running on %s: drop --foreground to add the session to it", c.String("control"))
@@ -86,6 +94,8 @@ func runConnect(c *cli.Context, mk dialerFactory) error {
 		return err
 	} else if c.Bool("hdr-digest") || c.Bool("data-digest") {
 		return fmt.Errorf("--hdr-digest and --data-digest configure the initiator daemon, which is already running on %s: pass them to `rdisk daemon`, or disconnect its sessions so that connect starts a new one", c.String("control"))
+	} else if c.String("dhchap-secret") != "" || c.String("dhchap-ctrl-secret") != "" {
+		return fmt.Errorf("--dhchap-secret and --dhchap-ctrl-secret configure the initiator daemon, which is already running on %s: pass them to `rdisk daemon`, or disconnect its sessions so that connect starts a new one", c.String("control"))
 	}
 	resp, err := callDaemon(c, &initiator.Request{Op: initiator.OpConnect, Connect: &spec}, 2*time.Minute)
 	if err != nil {
@@ -127,7 +137,23 @@ func startDaemon(c *cli.Context) error {
 			args = append(args, "--"+f)
 		}
 	}
+	// The secrets go through the environment (readable by the daemon's
+	// user only), not the command line (readable by everyone).
+	env := os.Environ()
+	for f, name := range map[string]string{"dhchap-secret": dhchapSecretEnv, "dhchap-ctrl-secret": dhchapCtrlSecretEnv} {
+		v := c.String(f)
+		if path, ok := strings.CutPrefix(v, "@"); ok {
+			// The daemon reads the file itself; make the path its own.
+			abs, err := filepath.Abs(path)
+			if err != nil {
+				return fmt.Errorf("--%s: %w", f, err)
+			}
+			v = "@" + abs
+		}
+		env = append(env, name+"="+v) // empty unsets an inherited one
+	}
 	cmd := exec.Command(exe, args...)
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

@@ -42,7 +42,7 @@ block device must be at least as large as the source.`,
 			&cli.BoolFlag{Name: "progress", Usage: "show the progress bar even when stderr is not a terminal"},
 			&cli.BoolFlag{Name: "no-progress", Usage: "no progress bar"},
 			&cli.BoolFlag{Name: "no-sparse", Usage: "write zero blocks like any other"},
-		}, append(hostIDFlags(), digestFlags()...)...),
+		}, append(append(hostIDFlags(), digestFlags()...), dhchapFlags()...)...),
 		Action: func(c *cli.Context) error { return runCp(c, mk) },
 	}
 }

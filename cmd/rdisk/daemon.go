@@ -50,7 +50,7 @@ its control socket, which only root (or the daemon's user) may use.`,
 		Flags: append(append([]cli.Flag{
 			controlFlag(),
 			&cli.BoolFlag{Name: "exit-when-idle", Usage: "exit when the last session is disconnected"},
-		}, sessionFlags()...), append(append(hostIDFlags(), iscsiFlags()...), digestFlags()...)...),
+		}, sessionFlags()...), append(append(append(hostIDFlags(), iscsiFlags()...), digestFlags()...), dhchapFlags()...)...),
 		Action: func(c *cli.Context) error { return runDaemon(c, mk, nil) },
 	}
 }
@@ -120,7 +120,9 @@ func runDaemon(c *cli.Context, mk dialerFactory, first *initiator.ConnectSpec) e
 // protocolDialers wires the protocols rdisk speaks: nvme:// and
 // nvme+rdma:// through the NVMe-oF host over the software iWARP provider
 // (one provider for all sessions), nvme+tcp:// through the NVMe-oF host
-// over NVMe/TCP (with the --hdr-digest/--data-digest of the command),
+// over NVMe/TCP (with the --hdr-digest/--data-digest of the command; the
+// --dhchap-secret/--dhchap-ctrl-secret for any NVMe-oF controller that asks
+// for DH-HMAC-CHAP authentication),
 // iser:// and iscsi:// through the iSCSI initiator, srp:// through the
 // SRP initiator (these open their own provider per connection, as rdisk
 // bench does). The daemon's own flags give the iSCSI initiator name and
@@ -135,6 +137,10 @@ func protocolDialers(c *cli.Context, log *slog.Logger) (initiator.Dialers, func(
 		return nil, nil, err
 	}
 	cfg := host.Config{HostNQN: id.NQN, HostID: id.ID, Logger: log, IOQueues: min(runtime.NumCPU(), 4)}
+	if err := dhchapFromFlags(c, &cfg); err != nil {
+		p.Close()
+		return nil, nil, err
+	}
 	hdgst, ddgst := c.Bool("hdr-digest"), c.Bool("data-digest")
 	nvme := func(ctx context.Context, url string) (blockdev.Device, error) {
 		u, err := subsystemURL(url)

@@ -16,7 +16,7 @@ func discoverCommand() *cli.Command {
 		Name:      "discover",
 		Usage:     "list what a target exports: an NVMe-oF discovery log (like nvme discover -t rdma|tcp) or iSCSI SendTargets",
 		ArgsUsage: "nvme://HOST[:PORT] (RDMA; also nvme+rdma://) | nvme+tcp://HOST[:PORT] | iscsi://HOST[:PORT] | iser://HOST[:PORT] | srp://HOST[:PORT][/ID_EXT/IOC_GUID]",
-		Flags: append(append(append(hostIDFlags(), iscsiFlags()...), digestFlags()...),
+		Flags: append(append(append(append(hostIDFlags(), iscsiFlags()...), digestFlags()...), dhchapFlags()...),
 			&cli.BoolFlag{Name: "json", Usage: "print the log as JSON"},
 			&cli.DurationFlag{Name: "timeout", Value: host.DefaultConnectTimeout, Usage: "connect timeout"},
 		),

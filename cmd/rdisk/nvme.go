@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/rdisk/rdisk/nvmeof"
+	"github.com/rdisk/rdisk/nvmeof/auth"
 	"github.com/rdisk/rdisk/nvmeof/host"
 	"github.com/rdisk/rdisk/rdma/iwarp"
 	"github.com/urfave/cli/v2"
@@ -24,6 +25,64 @@ func digestFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "hdr-digest", Aliases: []string{"g"}, Usage: "NVMe/TCP: header digests (CRC32C) on every PDU header (nvme+tcp:// only)"},
 		&cli.BoolFlag{Name: "data-digest", Aliases: []string{"G"}, Usage: "NVMe/TCP: data digests (CRC32C) on every PDU's data (nvme+tcp:// only)"},
 	}
+}
+
+// The environment variables of the DH-HMAC-CHAP flags; rdisk connect hands
+// the secrets to the daemon it starts through them, not its command line.
+const (
+	dhchapSecretEnv     = "RDISK_DHCHAP_SECRET"
+	dhchapCtrlSecretEnv = "RDISK_DHCHAP_CTRL_SECRET"
+)
+
+// dhchapFlags are nvme-cli's DH-HMAC-CHAP options of connect
+// (-S/--dhchap-secret, -C/--dhchap-ctrl-secret).
+func dhchapFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "dhchap-secret", Aliases: []string{"S"}, EnvVars: []string{dhchapSecretEnv}, Usage: "NVMe-oF: the host's DH-HMAC-CHAP secret, used when the controller asks for in-band authentication: " +
+			"DHHC-1:XX:BASE64: as `nvme gen-dhchap-key` prints it, or @FILE to read it from FILE (which keeps it out of the process list)"},
+		&cli.StringFlag{Name: "dhchap-ctrl-secret", Aliases: []string{"C"}, EnvVars: []string{dhchapCtrlSecretEnv}, Usage: "NVMe-oF: the controller's DH-HMAC-CHAP secret, for bidirectional authentication (needs --dhchap-secret): DHHC-1:XX:BASE64: or @FILE"},
+	}
+}
+
+// dhchapFromFlags puts the secrets of --dhchap-secret and
+// --dhchap-ctrl-secret in cfg. Errors name the flag, never the secret.
+func dhchapFromFlags(c *cli.Context, cfg *host.Config) error {
+	s, err := secretFlag(c, "dhchap-secret")
+	if err != nil {
+		return err
+	}
+	cs, err := secretFlag(c, "dhchap-ctrl-secret")
+	if err != nil {
+		return err
+	}
+	if cs != nil && s == nil {
+		return fmt.Errorf("--dhchap-ctrl-secret needs --dhchap-secret: bidirectional authentication authenticates the host too")
+	}
+	cfg.DHCHAPSecret, cfg.DHCHAPCtrlSecret = s, cs
+	return nil
+}
+
+// secretFlag parses a DH-HMAC-CHAP secret flag: DHHC-1:... or @FILE. It
+// returns nil when the flag is not set.
+func secretFlag(c *cli.Context, name string) (*auth.Secret, error) {
+	v := c.String(name)
+	if v == "" {
+		return nil, nil
+	}
+	var s auth.Secret
+	var err error
+	if path, ok := strings.CutPrefix(v, "@"); ok {
+		s, err = auth.ReadSecretFile(path)
+	} else {
+		s, err = auth.ParseSecret(v)
+		if err != nil && !strings.HasPrefix(v, "DHHC-1:") {
+			err = fmt.Errorf("%w (want DHHC-1:XX:BASE64:, or @FILE to read it from a file)", err)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", name, err)
+	}
+	return &s, nil
 }
 
 // applyURL sets the transport of a URL in cfg, with the digest flags for
@@ -53,7 +112,12 @@ func nvmeSetup(c *cli.Context) (host.Config, *iwarp.Provider, error) {
 	if err != nil {
 		return host.Config{}, nil, err
 	}
-	return host.Config{HostNQN: id.NQN, HostID: id.ID, Logger: log}, p, nil
+	cfg := host.Config{HostNQN: id.NQN, HostID: id.ID, Logger: log}
+	if err := dhchapFromFlags(c, &cfg); err != nil {
+		p.Close()
+		return host.Config{}, nil, err
+	}
+	return cfg, p, nil
 }
 
 // subsystemURL parses a URL that must name a subsystem.
@@ -71,7 +135,7 @@ func subsystemURL(s string) (host.URL, error) {
 func nvmeCommand() *cli.Command {
 	urlArg := nvmeURLUsage
 	flags := func() []cli.Flag {
-		return append(append(hostIDFlags(), digestFlags()...), &cli.BoolFlag{Name: "json", Usage: "print JSON"})
+		return append(append(append(hostIDFlags(), digestFlags()...), dhchapFlags()...), &cli.BoolFlag{Name: "json", Usage: "print JSON"})
 	}
 	return &cli.Command{
 		Name:  "nvme",
