@@ -44,6 +44,13 @@ const (
 	tcpSetupTimeout = 10 * time.Second
 	// tcpPDA is the data alignment the target asks for (CPDA 0: dwords).
 	tcpPDA = 4
+	// tcpFlushEvery: the receiver sends the responses it holds once this
+	// many are ready, without waiting to have processed all it read, so
+	// the host completes and resubmits while the rest are executed
+	// (4 KiB randread QD32 from a RAM disk, one queue, interleaved runs:
+	// 147k/149k IOPS holding all, 183k/191k every 4, 215k/217k every 8,
+	// 172k/209k every 16).
+	tcpFlushEvery = 8
 	// tcpMaxIov bounds the iovecs of one response: C2HData header, pad,
 	// maxDataSGE pieces, data digest, response capsule.
 	tcpMaxIov = maxDataSGE + 4
@@ -593,7 +600,7 @@ func (q *tcpQueue) respond(r *request) error {
 		q.pend = append(q.pend, b[:hl])
 	}
 	q.pendReq = append(q.pendReq, r.id)
-	if q.inline {
+	if q.inline && len(q.pendReq) < tcpFlushEvery {
 		return nil
 	}
 	return q.flushLocked()
