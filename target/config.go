@@ -266,7 +266,13 @@ func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (
 			if err != nil {
 				return nil, fmt.Errorf("port %d: inline_data_size %q: %w", pc.PortID, v, err)
 			}
-			cfg.InlineDataSize = n
+			// nvmet's param_inline_data_size, for the port's transport.
+			if tr != nvmet.TransportTCP {
+				cfg.InlineDataSize = n
+			}
+			if tr != nvmet.TransportRDMA {
+				cfg.TCPInlineDataSize = n
+			}
 		}
 		for _, r := range pc.Referrals {
 			svc := r.Addr.TrSvcID

@@ -153,6 +153,15 @@ func (c *controller) namespaceOrNil(nsid uint32) *Namespace {
 	return c.sub.namespace(nsid)
 }
 
+// inlineDataSize is the in-capsule data the controller's I/O queues take:
+// the port's, for the controller's transport.
+func (c *controller) inlineDataSize() int {
+	if c.trType == nvmeof.TrTypeTCP {
+		return c.port.cfg.TCPInlineDataSize
+	}
+	return c.port.cfg.InlineDataSize
+}
+
 func (c *controller) identifyController() nvmeof.IdentifyController {
 	p := c.port
 	id := nvmeof.IdentifyController{
@@ -164,7 +173,7 @@ func (c *controller) identifyController() nvmeof.IdentifyController {
 		ELPE: errLogSlots - 1, KAS: kas, SQES: 0x66, CQES: 0x44,
 		MAXCMD: uint16(p.cfg.MaxQueueSize), MDTS: mdtsShift,
 		SGLS: nvmeof.SGLSByteAligned, MSDBD: 1,
-		IOCCSZ: uint32((nvmeof.SQESize + p.cfg.InlineDataSize) / 16), IORCSZ: nvmeof.CQESize / 16,
+		IOCCSZ: uint32((nvmeof.SQESize + c.inlineDataSize()) / 16), IORCSZ: nvmeof.CQESize / 16,
 		OFCS: nvmeof.OFCSDisconnect, SUBNQN: c.sub.cfg.NQN,
 		PSD: []nvmeof.PowerState{{MaxPower: 2500}},
 	}
@@ -173,7 +182,7 @@ func (c *controller) identifyController() nvmeof.IdentifyController {
 		// NVMF_KEYED_SGLS).
 		id.SGLS |= nvmeof.SGLSKeyed
 	}
-	if p.cfg.InlineDataSize > 0 {
+	if c.inlineDataSize() > 0 {
 		id.SGLS |= nvmeof.SGLSOffset
 	}
 	if c.disc {

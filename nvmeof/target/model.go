@@ -79,6 +79,12 @@ type PortConfig struct {
 	// InlineDataSize is the in-capsule data the port accepts on I/O queues
 	// (default 4096, at most 16384), advertised through IOCCSZ.
 	InlineDataSize int
+	// TCPInlineDataSize is the in-capsule data an NVMe/TCP I/O queue of
+	// the port accepts (default and most: MDTS, 128 KiB), advertised
+	// through IOCCSZ to hosts on TCP. A write that fits is sent in its
+	// command capsule, saving the R2T round trip; the data lands in the
+	// command's buffer either way.
+	TCPInlineDataSize int
 	// MaxQueueSize bounds I/O queue depth (default 128, at most 1024).
 	MaxQueueSize int
 	// MaxIOQueues bounds I/O queues per controller (default 128).

@@ -191,6 +191,12 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 	if cfg.InlineDataSize < 0 || cfg.InlineDataSize > 16384 {
 		return nil, fmt.Errorf("port %d: inline data size %d outside 0..16384", cfg.ID, cfg.InlineDataSize)
 	}
+	if cfg.TCPInlineDataSize == 0 {
+		cfg.TCPInlineDataSize = mdts
+	}
+	if cfg.TCPInlineDataSize < 0 || cfg.TCPInlineDataSize > mdts {
+		return nil, fmt.Errorf("port %d: NVMe/TCP inline data size %d outside 0..%d", cfg.ID, cfg.TCPInlineDataSize, mdts)
+	}
 	if cfg.MaxQueueSize == 0 {
 		cfg.MaxQueueSize = 128
 	}

@@ -316,7 +316,7 @@ func TestTCPConnectIdentifyReadWrite(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Linux nvme-tcp: ICDOFF 0, SGL support; no keyed SGLs on TCP.
-			if id.CNTLID != cntlid || id.ICDOFF != 0 || id.SGLS&3 == 0 || id.SGLS&nvmeof.SGLSKeyed != 0 || id.IOCCSZ*16 != 64+4096 {
+			if id.CNTLID != cntlid || id.ICDOFF != 0 || id.SGLS&3 == 0 || id.SGLS&nvmeof.SGLSKeyed != 0 || id.IOCCSZ*16 != 64+128<<10 {
 				t.Fatalf("identify controller: CNTLID %d ICDOFF %d SGLS %#x IOCCSZ %d", id.CNTLID, id.ICDOFF, id.SGLS, id.IOCCSZ)
 			}
 			io := dialTC(t, addr, digest)
@@ -428,7 +428,7 @@ func TestTCPProtocolErrors(t *testing.T) {
 	t.Run("oversized PDU", func(t *testing.T) {
 		t.Parallel()
 		q := dialTC(t, addr, 0)
-		b := q.build(tcp.TypeCapsuleCmd, 0, nil, make([]byte, 64<<10))
+		b := q.build(tcp.TypeCapsuleCmd, 0, nil, make([]byte, 200<<10))
 		q.c.Write(b[:tcp.CapsuleCmdHLen])
 		q.expectTerm(tcp.FESDataLimitExceeded, -1)
 	})
