@@ -43,9 +43,14 @@ type Reader struct {
 	rv         readv
 }
 
-// New returns a Reader on r.
-func New(r io.Reader) *Reader {
-	x := &Reader{r: r, buf: make([]byte, bufSize)}
+// New returns a Reader on r with a 16 KiB buffer.
+func New(r io.Reader) *Reader { return NewSize(r, bufSize) }
+
+// NewSize returns a Reader on r with a buffer of size bytes (at least
+// 16 KiB): a receiver of many small payloads (4 KiB read data) takes more
+// of them per system call with a larger one.
+func NewSize(r io.Reader, size int) *Reader {
+	x := &Reader{r: r, buf: make([]byte, max(size, bufSize))}
 	if c, ok := r.(net.Conn); ok {
 		x.rv.init(c)
 	}
@@ -55,7 +60,8 @@ func New(r io.Reader) *Reader {
 // Buffered returns the bytes read but not consumed.
 func (x *Reader) Buffered() []byte { return x.buf[x.s:x.e] }
 
-// Ensure makes at least n (at most 16 KiB) bytes available in Buffered.
+// Ensure makes at least n (at most the buffer's size) bytes available in
+// Buffered.
 func (x *Reader) Ensure(n int) error {
 	if x.e-x.s >= n {
 		return nil
@@ -86,6 +92,15 @@ func (x *Reader) Ensure(n int) error {
 		}
 	}
 	return nil
+}
+
+// Peek returns the next n (at most the buffer's size) bytes without consuming them,
+// reading as needed; the slice is valid until the next read.
+func (x *Reader) Peek(n int) ([]byte, error) {
+	if err := x.Ensure(n); err != nil {
+		return nil, err
+	}
+	return x.buf[x.s : x.s+n], nil
 }
 
 // Consume drops n buffered bytes (n <= len(Buffered())).

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rdisk/rdisk/blockdev"
+	"github.com/rdisk/rdisk/internal/stream"
 	"github.com/rdisk/rdisk/nvmeof"
 	"github.com/rdisk/rdisk/nvmeof/tcp"
 	"github.com/rdisk/rdisk/rdma/rdmaq"
@@ -37,7 +38,8 @@ const (
 	// (Linux NVME_TCP_ADMIN_CCSZ): Connect data and small admin writes.
 	tcpAdminInCapsule = 8 << 10
 	// tcpReadAhead is a queue's receive buffer: PDU headers and small data
-	// come through it; larger data is read straight into its destination.
+	// come through it (a whole queue of 4 KiB reads in a few system
+	// calls); larger data is placed straight into its destination.
 	tcpReadAhead = 64 << 10
 	// tcpSlotStride is the bytes per slot: the capsule PDU header (common
 	// header, SQE, header digest) and, from tcpExtraOff, the DSM range.
@@ -128,7 +130,7 @@ type tcpQueue struct {
 	h2cDD  [tcpH2CBatch][tcp.DigestSize]byte
 
 	// Receive goroutine state.
-	rd  *tcp.Reader
+	rd  *stream.Reader // PDU headers buffered, data placed by readv
 	hdr [tcp.MaxHeaderSize]byte
 
 	deadOnce     sync.Once
@@ -238,7 +240,7 @@ func (q *tcpQueue) initConnection(ctx context.Context, conn *net.TCPConn) error 
 	if _, err := conn.Write(ic[:]); err != nil {
 		return fmt.Errorf("sending ICReq: %w", err)
 	}
-	q.rd = tcp.NewReader(conn, tcpReadAhead)
+	q.rd = stream.NewSize(conn, tcpReadAhead)
 	hdr, l, err := q.readHeader()
 	if err != nil {
 		if errors.Is(err, io.EOF) {
@@ -292,13 +294,13 @@ func (q *tcpQueue) readHeader() (tcp.Header, tcp.Layout, error) {
 	}
 	hdr := tcp.Header(q.hdr[:len(full)])
 	copy(hdr, full)
-	q.rd.Discard(len(full))
+	q.rd.Skip(len(full))
 	l, ferr := tcp.CheckPDU(hdr, q.hdgst, q.ddgst, 4) // HPDA 0: dword aligned
 	if ferr != nil {
 		return nil, tcp.Layout{}, q.fatal(ferr, hdr)
 	}
 	if l.Pad > 0 {
-		if err := q.rd.Discard(l.Pad); err != nil {
+		if err := q.rd.Skip(l.Pad); err != nil {
 			return nil, tcp.Layout{}, err
 		}
 	}
@@ -326,7 +328,7 @@ func (q *tcpQueue) fatal(e *tcp.Error, hdr []byte) error {
 // fatal error status.
 func (q *tcpQueue) recvTerm(hdr tcp.Header, l tcp.Layout) error {
 	if l.DataLen > 0 {
-		q.rd.Discard(l.DataLen) // the echoed header of our PDU
+		q.rd.Skip(l.DataLen) // the echoed header of our PDU
 	}
 	t := tcp.TermReq(hdr)
 	return fmt.Errorf("the controller terminated the connection: %s (C2HTermReq FES %#x, FEI %#x): %w",
@@ -743,7 +745,7 @@ func (q *tcpQueue) recvData(hdr tcp.Header, l tcp.Layout) error {
 			return err
 		}
 		got := tcp.GetDigest(b)
-		q.rd.Discard(tcp.DigestSize)
+		q.rd.Skip(tcp.DigestSize)
 		if want := tcp.Digest(dst); got != want {
 			s.xferErr = true
 			q.c.log.Warn("nvme host: data digest error", "qid", q.qid, "cid", s.cid, "received", fmt.Sprintf("%#08x", got), "computed", fmt.Sprintf("%#08x", want))
