@@ -62,6 +62,8 @@ also name "ram:SIZE" or "null:SIZE" as their device path.`,
 			&cli.StringFlag{Name: "nqn", Value: defaultNQN, Usage: "subsystem NQN"},
 			&cli.StringSliceFlag{Name: "allow-host", Usage: "host NQN allowed to connect (repeatable)"},
 			&cli.BoolFlag{Name: "allow-any-host", Usage: "let any host connect (required on a non-loopback address without --allow-host)"},
+			&cli.StringFlag{Name: "dhchap-key", Usage: "NVMe-oF: the hosts of --allow-host must authenticate with this DH-HMAC-CHAP secret (nvmet's dhchap_key): DHHC-1:XX:BASE64: as `nvme gen-dhchap-key` prints it, or @FILE"},
+			&cli.StringFlag{Name: "dhchap-ctrl-key", Usage: "NVMe-oF: the controller's DH-HMAC-CHAP secret for bidirectional authentication (dhchap_ctrl_key; needs --dhchap-key): DHHC-1:XX:BASE64: or @FILE"},
 			&cli.StringFlag{Name: "iscsi-listen", Value: defaultISCSIAddr, Usage: "iSCSI/iSER portal address (host:port; empty: none)"},
 			&cli.StringFlag{Name: "iqn", Value: defaultIQN, Usage: "iSCSI target name"},
 			&cli.StringSliceFlag{Name: "allow-initiator", Usage: "iSCSI initiator IQN allowed to log in (repeatable)"},
@@ -213,6 +215,29 @@ func targetConfig(c *cli.Context) (*target.Config, error) {
 		bs = 0 // the device's own logical block size
 	}
 	cfg := &target.Config{}
+	key, err := secretFlag(c, "dhchap-key")
+	if err != nil {
+		return nil, err
+	}
+	ckey, err := secretFlag(c, "dhchap-ctrl-key")
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case ckey != nil && key == nil:
+		return nil, fmt.Errorf("--dhchap-ctrl-key needs --dhchap-key")
+	case key != nil && len(hosts) == 0:
+		return nil, fmt.Errorf("--dhchap-key: name the hosts that must authenticate with --allow-host NQN")
+	}
+	if key != nil {
+		for _, h := range hosts {
+			e := target.Host{NQN: h, Key: key.String()}
+			if ckey != nil {
+				e.CtrlKey = ckey.String()
+			}
+			cfg.Hosts = append(cfg.Hosts, e)
+		}
+	}
 	sub := target.Subsystem{NQN: c.String("nqn"), Attr: map[string]string{}, AllowedHosts: hosts}
 	if anyHost {
 		sub.Attr["allow_any_host"] = "1"

@@ -104,3 +104,46 @@ func TestTargetTransportFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestTargetDHCHAPFlags: --dhchap-key and --dhchap-ctrl-key make every
+// --allow-host authenticate; misuse is refused naming the flag.
+func TestTargetDHCHAPFlags(t *testing.T) {
+	const key = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:"
+	for _, tc := range []struct {
+		args  []string
+		want  string // error substring; empty: no error
+		hosts int    // host entries with a key
+	}{
+		{[]string{"--allow-host", "nqn.h1", "--allow-host", "nqn.h2", "--dhchap-key", key}, "", 2},
+		{[]string{"--allow-host", "nqn.h1", "--dhchap-key", key, "--dhchap-ctrl-key", key}, "", 1},
+		{[]string{"--dhchap-key", key}, "--dhchap-key: name the hosts", 0},
+		{[]string{"--allow-host", "nqn.h1", "--dhchap-ctrl-key", key}, "--dhchap-ctrl-key needs --dhchap-key", 0},
+		{[]string{"--allow-host", "nqn.h1", "--dhchap-key", "secret"}, "--dhchap-key:", 0},
+		{[]string{"--allow-host", "nqn.h1", "--dhchap-key", "@/nonexistent/key"}, "--dhchap-key:", 0},
+	} {
+		cmd := targetCommand()
+		var n int
+		cmd.Action = func(c *cli.Context) error {
+			cfg, err := targetConfig(c)
+			if err != nil {
+				return err
+			}
+			for _, h := range cfg.Hosts {
+				if h.Key != "" && (h.CtrlKey != "") == c.IsSet("dhchap-ctrl-key") {
+					n++
+				}
+			}
+			return nil
+		}
+		app := &cli.App{Name: "rdisk", Writer: &bytes.Buffer{}, ErrWriter: &bytes.Buffer{}, Commands: []*cli.Command{cmd}}
+		err := app.RunContext(context.Background(), append([]string{"rdisk", "target"}, tc.args...))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: %v", tc.args, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%v: error %v, want %q", tc.args, err, tc.want)
+		case tc.want == "" && n != tc.hosts:
+			t.Errorf("%v: %d hosts with keys, want %d", tc.args, n, tc.hosts)
+		}
+	}
+}

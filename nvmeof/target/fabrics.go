@@ -229,7 +229,11 @@ func (q *sq) authReceive(r *request, cmd nvmeof.AuthCommand) {
 // authDone logs the end of a successful exchange.
 func (q *sq) authDone(before auth.ControllerState) {
 	if before != auth.CtrlAuthenticated && q.auth.State() == auth.CtrlAuthenticated {
-		q.t.log.Info("nvmeof: host authenticated", "host", q.authHost(), "qid", q.qid, "hash", q.auth.Hash(), "dhgroup", q.auth.DHGroup())
+		log := q.t.log.Info
+		if q.qid != 0 {
+			log = q.t.log.Debug // one line per controller, not per queue
+		}
+		log("nvmeof: host authenticated", "host", q.authHost(), "qid", q.qid, "hash", q.auth.Hash(), "dhgroup", q.auth.DHGroup())
 	}
 }
 
