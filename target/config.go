@@ -99,6 +99,10 @@ type Port struct {
 	Param      map[string]string `json:"param,omitempty"`
 	Referrals  []Referral        `json:"referrals,omitempty"`
 	Subsystems []string          `json:"subsystems"`
+	// Optional ports that cannot listen (their address is in use) are
+	// skipped with a warning instead of failing Start: rdisk target's
+	// default NVMe/TCP discovery port. Not part of nvmetcli's JSON.
+	Optional bool `json:"-"`
 }
 
 // PortAddr is a port's transport address.
@@ -174,6 +178,9 @@ func (r *Running) Close() error {
 // hook, if not nil, is told of I/O queues connecting (+1) and ending (-1);
 // see nvmeoftarget.Config.ConnHook.
 func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (_ *Running, err error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	t, err := nvmet.New(nvmet.Config{Provider: p, Logger: log, ConnHook: hook})
 	if err != nil {
 		return nil, err
@@ -282,6 +289,10 @@ func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (
 			cfg.Referrals = append(cfg.Referrals, nvmet.Referral{PortID: r.PortID, Addr: net.JoinHostPort(r.Addr.TrAddr, svc)})
 		}
 		port, err := t.AddPort(cfg)
+		if err != nil && pc.Optional {
+			log.Warn("target: optional port not started", "port", pc.PortID, "addr", cfg.Addr, "err", err)
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package target
 
 import (
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -166,6 +167,36 @@ func TestStartHostAuth(t *testing.T) {
 			t.Errorf("%s: %v", tc.hosts, err)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%s: %v, want an error with %q", tc.hosts, err, tc.want)
+		}
+	}
+}
+
+// TestStartOptionalPort: an optional port whose address is taken is
+// skipped; a required one fails Start naming it.
+func TestStartOptionalPort(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, busy, _ := net.SplitHostPort(ln.Addr().String())
+	p, _ := iwarp.New(iwarp.Config{})
+	defer p.Close()
+	for _, optional := range []bool{true, false} {
+		c := &Config{Ports: []Port{
+			{PortID: 1, Addr: PortAddr{TrType: "tcp", TrAddr: "127.0.0.1", TrSvcID: "0"}},
+			{PortID: 2, Addr: PortAddr{TrType: "tcp", TrAddr: "127.0.0.1", TrSvcID: busy}, Optional: optional},
+		}}
+		run, err := Start(c, p, nil, nil)
+		switch {
+		case optional && (err != nil || len(run.Ports) != 1):
+			t.Fatalf("optional busy port: %v", err)
+		case !optional && (err == nil || !strings.Contains(err.Error(), "port 2")):
+			t.Fatalf("required busy port: %v", err)
+		}
+		if run != nil {
+			run.Close()
 		}
 	}
 }

@@ -102,8 +102,8 @@ func runTarget(c *cli.Context) error {
 			return fmt.Errorf("--fill: %w", err)
 		}
 	}
-	for i, port := range run.Ports {
-		printPort(port, cfg.Ports[i].Subsystems)
+	for _, port := range run.Ports {
+		printPort(port, port.Subsystems())
 	}
 	if addr := c.String("iscsi-listen"); addr != "" && c.String("config") == "" {
 		it, err := startISCSI(c, addr, run.Disks()[0], p, log, hook)
@@ -268,7 +268,10 @@ func targetConfig(c *cli.Context) (*target.Config, error) {
 		if net.JoinHostPort(dh, dp) != net.JoinHostPort(host, port) {
 			// A TCP port of its own listing the subsystem, as a discovery
 			// port in nvmet: hosts may also connect through it.
-			cfg.Ports = append(cfg.Ports, target.Port{PortID: 2, Addr: target.PortAddr{AdrFam: adrfam, TrType: "tcp", TrAddr: dh, TrSvcID: dp}, Subsystems: []string{sub.NQN}})
+			// The default one is skipped when its port is taken (a kernel
+			// nvmet, another target): only an explicit address must listen.
+			cfg.Ports = append(cfg.Ports, target.Port{PortID: 2, Addr: target.PortAddr{AdrFam: adrfam, TrType: "tcp", TrAddr: dh, TrSvcID: dp},
+				Subsystems: []string{sub.NQN}, Optional: !c.IsSet("discovery-listen")})
 		}
 	}
 	return cfg, nil

@@ -260,6 +260,17 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 	return p, nil
 }
 
+// Subsystems lists the NQNs of the subsystems p exports.
+func (p *Port) Subsystems() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	nqns := make([]string, len(p.subs))
+	for i, s := range p.subs {
+		nqns[i] = s.cfg.NQN
+	}
+	return nqns
+}
+
 // LinkSubsystem exports s through p.
 func (p *Port) LinkSubsystem(s *Subsystem) {
 	p.mu.Lock()
