@@ -74,7 +74,10 @@ type tc struct {
 }
 
 // dialTC connects and exchanges ICReq/ICResp with the digests asked.
-func dialTC(t testing.TB, addr string, digest uint8) *tc {
+func dialTC(t testing.TB, addr string, digest uint8) *tc { return dialTCPDA(t, addr, digest, 0) }
+
+// dialTCPDA is dialTC asking for C2H data aligned to (hpda+1)*4 bytes.
+func dialTCPDA(t testing.TB, addr string, digest, hpda uint8) *tc {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -84,7 +87,7 @@ func dialTC(t testing.TB, addr string, digest uint8) *tc {
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	q := &tc{t: t, c: c, hdgst: digest&tcp.DigestHeader != 0, ddgst: digest&tcp.DigestData != 0}
 	var b [tcp.ICSize]byte
-	tcp.IC(b[:]).Encode(tcp.TypeICReq, &tcp.ICFields{Digest: digest})
+	tcp.IC(b[:]).Encode(tcp.TypeICReq, &tcp.ICFields{Digest: digest, PDA: hpda})
 	if _, err := c.Write(b[:]); err != nil {
 		t.Fatal(err)
 	}
@@ -352,6 +355,30 @@ func TestTCPConnectIdentifyReadWrite(t *testing.T) {
 			wantStatus(t, nvmeof.CQE(h[8:24]).Fields(), nvmeof.StatusSGLInvalidType.WithDNR(), "keyed SGL over TCP")
 			wantStatus(t, tcpRW(io, false, 64<<20/512-1, make([]byte, 1024)), nvmeof.StatusLBAOutOfRange.WithDNR(), "read past the end")
 		})
+	}
+}
+
+// TestTCPHostPDA: C2HData honours the host's data alignment (HPDA): the
+// data starts at a multiple of (HPDA+1)*4 bytes, padding in between.
+func TestTCPHostPDA(t *testing.T) {
+	t.Parallel()
+	_, port := tcpTarget(t, 1<<20, TransportTCP)
+	q := dialTCPDA(t, port.Addr().String(), tcp.DigestHeader|tcp.DigestData, 7)
+	must(t, q.connect(0, 31, nvmeof.CNTLIDDynamic), "connect")
+	must(t, q.prop(true, nvmeof.PropCC, uint64(nvmeof.MakeCC(nvmeof.CCFields{EN: true, IOSQES: 6, IOCQES: 4}))), "set CC")
+	sqe := make(nvmeof.SQE, 64)
+	sqe.Identify().Encode(&nvmeof.IdentifyFields{CNS: nvmeof.CNSController})
+	q.cid++
+	sqe.SetCID(q.cid)
+	sqe[1] |= 0x40
+	sqe.DPTR().Encode(&nvmeof.SGLFields{Identifier: nvmeof.SGLTransport, Length: 4096})
+	q.send(tcp.TypeCapsuleCmd, 0, func(h []byte) { copy(h[8:], sqe) }, nil)
+	h, data := q.recv()
+	if h.Type() != tcp.TypeC2HData || h.PDO()%32 != 0 || h.PDO() < tcp.DataHLen+tcp.DigestSize || len(data) != 4096 {
+		t.Fatalf("C2HData PDO %d (want a multiple of 32), %d bytes", h.PDO(), len(data))
+	}
+	if id, err := nvmeof.ParseIdentifyController(data); err != nil || id.SUBNQN != testNQN {
+		t.Fatalf("identify data after the padding: %v %q", err, id.SUBNQN)
 	}
 }
 
