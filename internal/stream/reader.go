@@ -18,9 +18,6 @@ package stream
 import (
 	"io"
 	"net"
-	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 const (
@@ -40,7 +37,7 @@ type Reader struct {
 	// everything read so far has been consumed, so a caller that holds
 	// back answers (to send several in one write) sends them now.
 	BeforeRead func()
-	rv         readv
+	rv         Readv
 }
 
 // New returns a Reader on r with a 16 KiB buffer.
@@ -52,7 +49,7 @@ func New(r io.Reader) *Reader { return NewSize(r, bufSize) }
 func NewSize(r io.Reader, size int) *Reader {
 	x := &Reader{r: r, buf: make([]byte, max(size, bufSize))}
 	if c, ok := r.(net.Conn); ok {
-		x.rv.init(c)
+		x.rv.Init(c)
 	}
 	return x
 }
@@ -136,7 +133,7 @@ func (x *Reader) readRest(dst []byte) error {
 	if x.BeforeRead != nil {
 		x.BeforeRead()
 	}
-	if x.rv.rc == nil {
+	if !x.rv.Ok() {
 		_, err := io.ReadFull(x.r, dst)
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
@@ -144,65 +141,7 @@ func (x *Reader) readRest(dst []byte) error {
 		return err
 	}
 	x.s, x.e = 0, 0
-	for len(dst) > 0 {
-		tail := x.buf
-		if len(dst) > smallPayload {
-			tail = x.buf[:tailSize]
-		}
-		x.rv.iov[0], x.rv.iov[1] = dst, tail
-		err := x.rv.rc.Read(x.rv.fn)
-		n, rerr := x.rv.n, x.rv.err
-		x.rv.iov[0], x.rv.iov[1] = nil, nil
-		if err != nil {
-			return err
-		}
-		if rerr != nil {
-			return rerr
-		}
-		if n == 0 {
-			return io.ErrUnexpectedEOF
-		}
-		if n <= len(dst) {
-			dst = dst[n:]
-			continue
-		}
-		x.e = n - len(dst)
-		dst = nil
-	}
-	return nil
-}
-
-// readv is a vectored read on the raw socket; fn is its method value, made
-// once so that reads allocate nothing.
-type readv struct {
-	rc  syscall.RawConn
-	iov [2][]byte
-	n   int
-	err error
-	fn  func(fd uintptr) bool
-}
-
-func (r *readv) init(c net.Conn) {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return
-	}
-	r.rc = rc
-	r.fn = r.do
-}
-
-func (r *readv) do(fd uintptr) bool {
-	n, err := unix.Readv(int(fd), r.iov[:])
-	if err == unix.EAGAIN {
-		return false // wait for the poller
-	}
-	if err == unix.EINTR {
-		return false
-	}
-	r.n, r.err = n, err
-	return true
+	n, err := x.rv.Fill(dst, x.buf, smallPayload, tailSize)
+	x.e = n
+	return err
 }

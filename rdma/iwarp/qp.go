@@ -188,7 +188,7 @@ func (q *qp) bind(c net.Conn, passive, crc bool, ird, ord int, rtr rtrMode) erro
 		return fmt.Errorf("iwarp: binding connection: QP is %s", q.state)
 	}
 	q.conn, q.passive, q.crc, q.ird, q.ord, q.rtr = c, passive, crc, ird, ord, rtr
-	q.rx.rv.init(c)
+	q.rx.rv.Init(c)
 	q.irq = make([]irqEntry, max(ird, 1))
 	q.state = rdma.QPConnected
 	if !passive {

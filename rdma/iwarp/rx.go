@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"net"
-	"syscall"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/rdisk/rdisk/internal/stream"
 	"github.com/rdisk/rdisk/rdma"
 )
 
@@ -51,7 +48,7 @@ type rxState struct {
 
 	recvStatus rdma.Status
 	failedRecv uint64
-	rv         readv
+	rv         stream.Readv
 }
 
 func (r *rxState) init() {
@@ -122,72 +119,14 @@ func (q *qp) readPayload(dst []byte) error {
 // per FPDU.
 func (q *qp) readRest(dst []byte) error {
 	x := &q.rx
-	if x.rv.rc == nil {
+	if !x.rv.Ok() {
 		_, err := io.ReadFull(q.conn, dst)
 		return err
 	}
 	x.r, x.w = 0, 0
-	for len(dst) > 0 {
-		tail := x.buf
-		if len(dst) > rxSmallPayload {
-			tail = x.buf[:rxTailSize]
-		}
-		x.rv.iov[0], x.rv.iov[1] = dst, tail
-		if err := x.rv.rc.Read(x.rv.fn); err != nil {
-			return err
-		}
-		n, err := x.rv.n, x.rv.err
-		x.rv.iov[0], x.rv.iov[1] = nil, nil
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return io.ErrUnexpectedEOF
-		}
-		if n <= len(dst) {
-			dst = dst[n:]
-			continue
-		}
-		x.w = n - len(dst)
-		dst = nil
-	}
-	return nil
-}
-
-// readv is the receiver's vectored read on the raw socket; fn is its method
-// value, made once so that reads allocate nothing.
-type readv struct {
-	rc  syscall.RawConn
-	iov [2][]byte
-	n   int
-	err error
-	fn  func(fd uintptr) bool
-}
-
-func (r *readv) init(c net.Conn) {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return
-	}
-	r.rc = rc
-	r.fn = r.do
-}
-
-func (r *readv) do(fd uintptr) bool {
-	n, err := unix.Readv(int(fd), r.iov[:])
-	if err == unix.EAGAIN {
-		return false // wait for the poller
-	}
-	if err == unix.EINTR {
-		n, err = 0, nil
-		return false
-	}
-	r.n, r.err = n, err
-	return true
+	n, err := x.rv.Fill(dst, x.buf, rxSmallPayload, rxTailSize)
+	x.w = n
+	return err
 }
 
 // scatter reads n payload bytes into the scatter list mem at byte offset off.
