@@ -174,15 +174,8 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 	if len(cfg.Hashes) == 0 || len(cfg.DHGroups) == 0 {
 		return nil, errors.New("auth: controller config allows no hash or no DH group")
 	}
-	for _, id := range cfg.Hashes {
-		if !id.Valid() {
-			return nil, fmt.Errorf("auth: controller config allows unknown %s", id)
-		}
-	}
-	for _, id := range cfg.DHGroups {
-		if !id.Valid() {
-			return nil, fmt.Errorf("auth: controller config allows unknown %s", id)
-		}
+	if err := checkIDs("controller config allows", cfg.Hashes, cfg.DHGroups); err != nil {
+		return nil, err
 	}
 	if cfg.Rand == nil {
 		cfg.Rand = rand.Reader
@@ -191,10 +184,7 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 	if c.seq == nil {
 		c.seq = new(SeqCounter)
 	}
-	c.hostKey = cfg.Secret.TransformedKey(cfg.HostNQN)
-	if cfg.CtrlSecret != nil {
-		c.ctrlKey = cfg.CtrlSecret.TransformedKey(cfg.SubsysNQN)
-	}
+	c.hostKey, c.ctrlKey = transformKeys(cfg.Secret, cfg.CtrlSecret, cfg.HostNQN, cfg.SubsysNQN)
 	return c, nil
 }
 

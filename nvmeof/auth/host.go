@@ -139,15 +139,8 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	if len(cfg.Hashes) == 0 || len(cfg.Hashes) > MaxIDs || len(cfg.DHGroups) == 0 || len(cfg.DHGroups) > MaxIDs {
 		return nil, fmt.Errorf("auth: host config offers %d hashes and %d DH groups; want 1 to %d of each", len(cfg.Hashes), len(cfg.DHGroups), MaxIDs)
 	}
-	for _, id := range cfg.Hashes {
-		if !id.Valid() {
-			return nil, fmt.Errorf("auth: host config offers unknown %s", id)
-		}
-	}
-	for _, id := range cfg.DHGroups {
-		if !id.Valid() {
-			return nil, fmt.Errorf("auth: host config offers unknown %s", id)
-		}
+	if err := checkIDs("host config offers", cfg.Hashes, cfg.DHGroups); err != nil {
+		return nil, err
 	}
 	if cfg.Rand == nil {
 		cfg.Rand = rand.Reader
@@ -156,10 +149,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	if h.seq == nil {
 		h.seq = new(SeqCounter)
 	}
-	h.hostKey = cfg.Secret.TransformedKey(cfg.HostNQN)
-	if cfg.CtrlSecret != nil {
-		h.ctrlKey = cfg.CtrlSecret.TransformedKey(cfg.SubsysNQN)
-	}
+	h.hostKey, h.ctrlKey = transformKeys(cfg.Secret, cfg.CtrlSecret, cfg.HostNQN, cfg.SubsysNQN)
 	return h, nil
 }
 

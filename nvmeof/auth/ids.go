@@ -258,3 +258,30 @@ func (c FailureCode) Error() string { return c.String() }
 // failure" (NVME_AUTH_DHCHAP_FAILURE_REASON_FAILED). The detail is in the
 // FailureCode.
 const ReasonFailed uint8 = 0x01
+
+// checkIDs returns an error naming the first unknown hash or group of a
+// configuration; what says whose list it is ("host config offers").
+func checkIDs(what string, hashes []HashID, groups []DHGroupID) error {
+	for _, id := range hashes {
+		if !id.Valid() {
+			return fmt.Errorf("auth: %s unknown %s", what, id)
+		}
+	}
+	for _, id := range groups {
+		if !id.Valid() {
+			return fmt.Errorf("auth: %s unknown %s", what, id)
+		}
+	}
+	return nil
+}
+
+// transformKeys returns the host's transformed key (with the host NQN) and,
+// when a controller secret is set, the controller's (with the subsystem
+// NQN), as both sides of an exchange need them.
+func transformKeys(s Secret, cs *Secret, hostNQN, subsysNQN string) (host, ctrl []byte) {
+	host = s.TransformedKey(hostNQN)
+	if cs != nil {
+		ctrl = cs.TransformedKey(subsysNQN)
+	}
+	return host, ctrl
+}
