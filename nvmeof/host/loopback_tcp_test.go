@@ -131,15 +131,21 @@ func TestTCPLoopbackVerify(t *testing.T) {
 // verifyRandom writes random data over the first size bytes of ns in
 // random extents of 512 bytes to 128 KiB, on all queues, and reads it back.
 func verifyRandom(t *testing.T, ns *Namespace, size int) {
+	verifyExtents(t, ns, size, rand.New(rand.NewPCG(7, uint64(size))), 512, 256)
+}
+
+// verifyExtents writes random data over the first size bytes of ns in
+// extents of 1 to max units of unit bytes, in random order, spread over
+// all queues, and reads it all back.
+func verifyExtents(t *testing.T, ns *Namespace, size int, rng *rand.Rand, unit, max int) {
 	want := make([]byte, size)
-	rng := rand.New(rand.NewPCG(7, uint64(size)))
 	for i := 0; i < size; i += 8 {
 		binary.LittleEndian.PutUint64(want[i:], rng.Uint64())
 	}
 	type ext struct{ off, n int }
 	var exts []ext
 	for off := 0; off < size; {
-		n := min((1+rng.IntN(256))*512, size-off)
+		n := min((1+rng.IntN(max))*unit, size-off)
 		exts = append(exts, ext{off, n})
 		off += n
 	}

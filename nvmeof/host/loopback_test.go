@@ -3,7 +3,6 @@ package host
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -426,86 +425,8 @@ func TestLoopbackVerify64MiB(t *testing.T) {
 	cfg := hostConfig()
 	cfg.IOQueues, cfg.QueueDepth = 2, 32
 	ns := openLoop(t, lt, cfg)
-	want := make([]byte, size)
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := 0; i < size; i += 8 {
-		binary.LittleEndian.PutUint64(want[i:], rng.Uint64())
-	}
-	// Extents in random order.
-	type ext struct{ off, n int }
-	var exts []ext
-	for off := 0; off < size; {
-		n := min((1+rng.IntN(32))*4096, size-off)
-		exts = append(exts, ext{off, n})
-		off += n
-	}
-	rng.Shuffle(len(exts), func(i, j int) { exts[i], exts[j] = exts[j], exts[i] })
-	in := ns.Info()
-	run := func(op blockdev.Op) {
-		var wg sync.WaitGroup
-		errs := make(chan error, in.Queues)
-		for qi := range in.Queues {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				depth := in.QueueDepth
-				buf, err := ns.AllocBuffer(depth * 128 << 10)
-				if err != nil {
-					errs <- err
-					return
-				}
-				defer buf.Release()
-				ch := make(chan *blockdev.Request, depth)
-				reqs := make([]blockdev.Request, depth)
-				mine := exts[qi*len(exts)/in.Queues : (qi+1)*len(exts)/in.Queues]
-				next, inflight := 0, 0
-				submit := func(r *blockdev.Request) error {
-					e := mine[next]
-					next++
-					r.Op, r.Offset, r.Length, r.Queue, r.C = op, int64(e.off), e.n, qi, ch
-					if op == blockdev.OpWrite {
-						copy(buf.Bytes()[r.BufOff:], want[e.off:e.off+e.n])
-					}
-					inflight++
-					return ns.Submit(r)
-				}
-				for i := range reqs {
-					reqs[i].Buf, reqs[i].BufOff = buf, i*128<<10
-					if next < len(mine) {
-						if err := submit(&reqs[i]); err != nil {
-							errs <- err
-							return
-						}
-					}
-				}
-				for inflight > 0 {
-					r := <-ch
-					inflight--
-					if r.Err != nil {
-						errs <- r.Err
-						return
-					}
-					if op == blockdev.OpRead && !bytes.Equal(buf.Bytes()[r.BufOff:r.BufOff+r.Length], want[r.Offset:r.Offset+int64(r.Length)]) {
-						errs <- fmt.Errorf("data read back differs at offset %d", r.Offset)
-						return
-					}
-					if next < len(mine) {
-						if err := submit(r); err != nil {
-							errs <- err
-							return
-						}
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatalf("%s: %v", op, err)
-		}
-	}
-	run(blockdev.OpWrite)
-	run(blockdev.OpRead)
+	// Extents of 4 KiB to 128 KiB in random order.
+	verifyExtents(t, ns, size, rand.New(rand.NewPCG(1, 2)), 4096, 32)
 }
 
 func TestLoopbackMultiQueue(t *testing.T) {
