@@ -157,7 +157,9 @@ func (lu *LU) deviceID(buf []byte, s *Session) []byte {
 	var rp [4]byte
 	binary.BigEndian.PutUint16(rp[2:], s.cfg.RelativeTargetPort)
 	put(proto, codeBinary, assocPort, desigRelPort, rp[:], 0)
-	if t := lu.target.Load(); t != nil {
+	// Port and target device designators are those of the target the
+	// session reached the LU through.
+	if t := s.t; t != nil {
 		var tpg [4]byte
 		binary.BigEndian.PutUint16(tpg[2:], t.cfg.PortGroup)
 		put(proto, codeBinary, assocPort, desigTPG, tpg[:], 0)

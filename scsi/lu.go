@@ -86,10 +86,14 @@ type LU struct {
 
 	cmds *commandTable
 
-	target atomic.Pointer[Target]
-
-	mu   sync.Mutex
-	itls map[*Session]*itl
+	mu sync.Mutex
+	// targets are the SCSI targets the LU is mapped in: one per
+	// transport that exports it (an iSCSI target, an SRP target port), as
+	// LIO maps one se_device into several fabrics' TPGs. Reservations,
+	// range locks, mode pages and unit attentions are the LU's, so every
+	// transport sees the same ones.
+	targets map[*Target]bool
+	itls    map[*Session]*itl
 
 	tasks  taskSet
 	ranges rangeLocks

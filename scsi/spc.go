@@ -54,7 +54,7 @@ func execPreventAllow(lu *LU, c *Command, b cdb, it *itl) {
 // form one group, active/optimized, with implicit ALUA (TPGS 01b in the
 // standard INQUIRY data).
 func execReportTPG(lu *LU, c *Command, b cdb, it *itl) {
-	t := lu.target.Load()
+	t := it.sess.t
 	if t == nil {
 		c.fail(senseInfo{key: KeyIllegalRequest, asc: ASCLUNotSupported})
 		return

@@ -63,7 +63,9 @@ func NewTarget(cfg TargetConfig) *Target {
 func (t *Target) Name() string { return t.cfg.Name }
 
 // Map makes lu reachable as LUN lun. Every session gets a REPORTED LUNS
-// DATA HAS CHANGED unit attention. An LU can be mapped once, in one target.
+// DATA HAS CHANGED unit attention. An LU is mapped at most once in a target
+// but may be mapped in several (the targets of different transports
+// exporting one disk).
 func (t *Target) Map(lun uint64, lu *LU) error {
 	if lun > MaxLUN {
 		return fmt.Errorf("%w: %d", ErrLUNRange, lun)
@@ -76,9 +78,16 @@ func (t *Target) Map(lun uint64, lu *LU) error {
 			return fmt.Errorf("%w: LUN %d", ErrLUNInUse, lun)
 		}
 	}
-	if !lu.target.CompareAndSwap(nil, t) {
-		return fmt.Errorf("%w: %v is mapped already", ErrLUNInUse, lu)
+	lu.mu.Lock()
+	if lu.targets[t] {
+		lu.mu.Unlock()
+		return fmt.Errorf("%w: %v is mapped in this target already", ErrLUNInUse, lu)
 	}
+	if lu.targets == nil {
+		lu.targets = map[*Target]bool{}
+	}
+	lu.targets[t] = true
+	lu.mu.Unlock()
 	next := append(slices.Clip(old), lunEntry{lun, lu})
 	sort.Slice(next, func(i, j int) bool { return next[i].lun < next[j].lun })
 	t.luns.Store(&next)
@@ -101,9 +110,13 @@ func (t *Target) Unmap(lun uint64) (*LU, error) {
 	next := slices.Delete(slices.Clone(old), i, i+1)
 	t.luns.Store(&next)
 	for s := range lu.sessions() {
-		s.dropITL(lu)
+		if s.t == t {
+			s.dropITL(lu)
+		}
 	}
-	lu.target.Store(nil)
+	lu.mu.Lock()
+	delete(lu.targets, t)
+	lu.mu.Unlock()
 	t.lunsChangedLocked()
 	return lu, nil
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/internal/units"
+	iscsitarget "github.com/rdisk/rdisk/iser/target"
 	"github.com/rdisk/rdisk/rdma"
 	"github.com/rdisk/rdisk/rdma/iwarp"
 	"github.com/rdisk/rdisk/scsi"
@@ -184,13 +185,13 @@ func srpTargetFlags() []cli.Flag {
 // allowed as --srp-allow says; with none, any initiator may log in on a
 // loopback address or with --allow-any-host, and none otherwise.
 //
-// `rdisk target` calls it after target.Start, with the RAM disk the NVMe-oF
-// namespace uses:
+// `rdisk target` calls it after target.Start, with the logical unit the
+// iSCSI portal exports too (scsiLU: one LU per disk):
 //
-//	st, su, err := startSRPTarget(c, p, disk, log, hook)
+//	st, su, err := startSRPTarget(c, p, lu, log, hook)
 //	if err != nil { return err }
 //	if st != nil { defer st.Close(); fmt.Printf("rdisk target: serving LUN 0 over SRP on %s\n  %s\n", su.Addr(), su) }
-func startSRPTarget(c *cli.Context, p rdma.Provider, disk backstore.Disk, log *slog.Logger, hook func(int)) (*srptarget.Target, srp.URL, error) {
+func startSRPTarget(c *cli.Context, p rdma.Provider, lu *scsi.LU, log *slog.Logger, hook func(int)) (*srptarget.Target, srp.URL, error) {
 	addr := c.String("srp-listen")
 	if addr == "" {
 		return nil, srp.URL{}, nil
@@ -224,10 +225,6 @@ func startSRPTarget(c *cli.Context, p rdma.Provider, disk backstore.Disk, log *s
 	if err != nil {
 		return fail(err)
 	}
-	lu, err := scsi.NewLU(disk, scsi.LUConfig{Name: "srp-lun0", MaxTransferBlocks: uint32(t.Config().MaxTransfer / disk.BlockSize())})
-	if err != nil {
-		return fail(err)
-	}
 	if err := port.Map(0, lu); err != nil {
 		return fail(err)
 	}
@@ -236,6 +233,23 @@ func startSRPTarget(c *cli.Context, p rdma.Provider, disk backstore.Disk, log *s
 		return fail(err)
 	}
 	return t, port.URL(la.String()), nil
+}
+
+// scsiLU makes the one SCSI logical unit of disk that the iSCSI portal and
+// the SRP target export (reservations, COMPARE AND WRITE's range lock, mode
+// pages and unit attentions are the LU's, so both transports see the same
+// ones, as LIO's fabrics share one se_device). Its limits suit both
+// transports' defaults; it is named after the iSCSI LUN (iqn/0), so its
+// serial number and NAA identifier are what iSCSI initiators saw before.
+func scsiLU(c *cli.Context, disk backstore.Disk) (*scsi.LU, error) {
+	maxXfer := min(iscsitarget.DefaultMaxTransfer, srptarget.DefaultMaxTransfer)
+	lu, err := scsi.NewLU(disk, scsi.LUConfig{Name: c.String("iqn") + "/0", MaxTransferBlocks: uint32(maxXfer / disk.BlockSize()),
+		// As LIO: libiscsi and Linux split long WRITE SAMEs.
+		MaxWriteSameBlocks: 0xffff})
+	if err != nil {
+		return nil, fmt.Errorf("SCSI logical unit: %w", err)
+	}
+	return lu, nil
 }
 
 func isLoopback(host string) bool {

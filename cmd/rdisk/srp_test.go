@@ -10,6 +10,7 @@ import (
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/rdma/iwarp"
+	"github.com/rdisk/rdisk/scsi"
 	"github.com/urfave/cli/v2"
 )
 
@@ -44,7 +45,11 @@ func TestSRPHooks(t *testing.T) {
 	}
 	var out bytes.Buffer
 	srpTestApp(t, &out, []string{"--srp-listen", "127.0.0.1:0"}, func(c *cli.Context) error {
-		st, u, err := startSRPTarget(c, p, disk, nil, nil)
+		lu, err := scsi.NewLU(disk, scsi.LUConfig{Name: "srp-test"})
+		if err != nil {
+			return err
+		}
+		st, u, err := startSRPTarget(c, p, lu, nil, nil)
 		if err != nil {
 			return err
 		}
@@ -76,7 +81,11 @@ func TestSRPHooks(t *testing.T) {
 	})
 	// --srp-listen on a non-loopback address needs an ACL or --allow-any-host.
 	srpTestApp(t, &out, []string{"--srp-listen", "10.255.255.1:5555"}, func(c *cli.Context) error {
-		if _, _, err := startSRPTarget(c, p, disk, nil, nil); err == nil || !strings.Contains(err.Error(), "--srp-allow") {
+		lu, err := scsi.NewLU(disk, scsi.LUConfig{Name: "srp-test"})
+		if err != nil {
+			return err
+		}
+		if _, _, err := startSRPTarget(c, p, lu, nil, nil); err == nil || !strings.Contains(err.Error(), "--srp-allow") {
 			t.Errorf("non-loopback without ACL: %v", err)
 		}
 		return nil
@@ -89,7 +98,11 @@ func TestSRPDiscoverJSON(t *testing.T) {
 	disk, _ := backstore.NewMem(4<<20, 4096)
 	var out bytes.Buffer
 	srpTestApp(t, &out, []string{"--srp-listen", "127.0.0.1:0", "--json"}, func(c *cli.Context) error {
-		st, u, err := startSRPTarget(c, p, disk, nil, nil)
+		lu, err := scsi.NewLU(disk, scsi.LUConfig{Name: "srp-test"})
+		if err != nil {
+			return err
+		}
+		st, u, err := startSRPTarget(c, p, lu, nil, nil)
 		if err != nil {
 			return err
 		}

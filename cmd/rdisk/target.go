@@ -15,6 +15,7 @@ import (
 	"github.com/rdisk/rdisk/internal/units"
 	nvmet "github.com/rdisk/rdisk/nvmeof/target"
 	"github.com/rdisk/rdisk/rdma/iwarp"
+	"github.com/rdisk/rdisk/scsi"
 	"github.com/rdisk/rdisk/srp"
 	srptarget "github.com/rdisk/rdisk/srp/target"
 	"github.com/rdisk/rdisk/target"
@@ -105,8 +106,14 @@ func runTarget(c *cli.Context) error {
 	for _, port := range run.Ports {
 		printPort(port, port.Subsystems())
 	}
+	var lu *scsi.LU
+	if c.String("config") == "" && len(run.Disks()) > 0 && (c.String("iscsi-listen") != "" || c.String("srp-listen") != "") {
+		if lu, err = scsiLU(c, run.Disks()[0]); err != nil {
+			return err
+		}
+	}
 	if addr := c.String("iscsi-listen"); addr != "" && c.String("config") == "" {
-		it, err := startISCSI(c, addr, run.Disks()[0], p, log, hook)
+		it, err := startISCSI(c, addr, lu, p, log, hook)
 		if err != nil {
 			return err
 		}
@@ -115,7 +122,7 @@ func runTarget(c *cli.Context) error {
 	var st *srptarget.Target
 	if c.String("config") == "" && len(run.Disks()) > 0 {
 		var su srp.URL
-		st, su, err = startSRPTarget(c, p, run.Disks()[0], log, hook)
+		st, su, err = startSRPTarget(c, p, lu, log, hook)
 		if err != nil {
 			return err
 		}
@@ -277,8 +284,8 @@ func targetConfig(c *cli.Context) (*target.Config, error) {
 	return cfg, nil
 }
 
-// startISCSI exports disk as LUN 0 of --iqn on an iSCSI/TCP and iSER portal.
-func startISCSI(c *cli.Context, addr string, disk backstore.Disk, p *iwarp.Provider, log *slog.Logger, hook func(int)) (*iscsitarget.Target, error) {
+// startISCSI exports lu as LUN 0 of --iqn on an iSCSI/TCP and iSER portal.
+func startISCSI(c *cli.Context, addr string, lu *scsi.LU, p *iwarp.Provider, log *slog.Logger, hook func(int)) (*iscsitarget.Target, error) {
 	iqn := c.String("iqn")
 	allowed := c.StringSlice("allow-initiator")
 	host, _, err := net.SplitHostPort(addr)
@@ -290,7 +297,7 @@ func startISCSI(c *cli.Context, addr string, disk backstore.Disk, p *iwarp.Provi
 	}
 	it, err := iscsitarget.New(iscsitarget.Config{
 		Targets: []iscsitarget.TargetConfig{{Name: iqn, AllowedInitiators: allowed,
-			LUNs: []iscsitarget.LUNConfig{{LUN: 0, Disk: disk}}}},
+			LUNs: []iscsitarget.LUNConfig{{LUN: 0, Unit: lu}}}},
 		Provider: p, Logger: log, ConnHook: hook,
 	})
 	if err != nil {

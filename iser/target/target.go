@@ -106,6 +106,12 @@ type LUNConfig struct {
 	// LU is the SCSI identity and limits (scsi.LUConfig); the zero value
 	// is fine.
 	LU scsi.LUConfig
+	// Unit, if set, is an existing logical unit to export instead of a new
+	// one on Disk (Disk and LU are then ignored): the one LU of a disk
+	// that other SCSI transports (SRP) export too, so reservations, the
+	// COMPARE AND WRITE range lock, mode pages and unit attentions are the
+	// same through all of them, as LIO shares one se_device.
+	Unit *scsi.LU
 }
 
 // node is one exported iSCSI target.
@@ -187,6 +193,15 @@ func New(cfg Config) (*Target, error) {
 		}
 		n := &node{cfg: tc, scsi: scsi.NewTarget(scsi.TargetConfig{Name: tc.Name}), inline: map[uint64]bool{}}
 		for _, l := range tc.LUNs {
+			if l.Unit != nil {
+				if err := n.scsi.Map(l.LUN, l.Unit); err != nil {
+					return nil, fmt.Errorf("iscsi target %s LUN %d: %w", tc.Name, l.LUN, err)
+				}
+				if backstore.TraitsOf(l.Unit.Disk()).Waits == backstore.WaitsNever {
+					n.inline[l.LUN] = !cfg.NoInline
+				}
+				continue
+			}
 			lc := l.LU
 			if lc.MaxTransferBlocks == 0 && l.Disk != nil {
 				lc.MaxTransferBlocks = uint32(cfg.MaxTransfer / l.Disk.BlockSize())
