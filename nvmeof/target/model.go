@@ -1,7 +1,6 @@
 package target
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
 	"slices"
@@ -16,7 +15,7 @@ import (
 // entries do.
 type SubsystemConfig struct {
 	NQN    string
-	Serial string // 20 printable ASCII characters at most; generated when empty
+	Serial string // 20 printable ASCII characters at most; derived from the NQN when empty
 	Model  string // 40 at most; "rdisk" when empty
 	// AllowAnyHost admits every host NQN; otherwise only AllowedHosts.
 	AllowAnyHost bool
@@ -30,7 +29,7 @@ type NamespaceConfig struct {
 	NSID  uint32
 	Disk  backstore.Disk
 	NGUID [16]byte // zero: derived from the subsystem and NSID
-	UUID  [16]byte // zero: random
+	UUID  [16]byte // zero: derived from the subsystem and NSID
 	EUI64 [8]byte  // zero: not reported
 	// Disabled namespaces are configured but not visible to hosts.
 	Disabled bool
@@ -129,9 +128,11 @@ func newSubsystem(t *Target, cfg SubsystemConfig) (*Subsystem, error) {
 		return nil, fmt.Errorf("subsystem NQN %q is reserved for discovery", cfg.NQN)
 	}
 	if cfg.Serial == "" {
-		var b [8]byte
-		rand.Read(b[:])
-		cfg.Serial = fmt.Sprintf("%x", b)
+		// From the NQN: a restarted target presents the same controller
+		// serial (udev's nvme-<model>_<serial> names, Linux's checks of a
+		// reconnected subsystem).
+		h := sha256.Sum256([]byte("rdisk-serial/" + cfg.NQN))
+		cfg.Serial = fmt.Sprintf("%x", h[:8])
 	}
 	if cfg.Model == "" {
 		cfg.Model = "rdisk"
@@ -187,9 +188,7 @@ func (s *Subsystem) AddNamespace(cfg NamespaceConfig) error {
 		cfg.NGUID = deriveNGUID(s.cfg.NQN, cfg.NSID)
 	}
 	if cfg.UUID == ([16]byte{}) {
-		rand.Read(cfg.UUID[:])
-		cfg.UUID[6] = cfg.UUID[6]&0x0f | 0x40
-		cfg.UUID[8] = cfg.UUID[8]&0x3f | 0x80
+		cfg.UUID = deriveUUID(s.cfg.NQN, cfg.NSID)
 	}
 	lbads := uint8(0)
 	for 1<<lbads < bs {
@@ -316,6 +315,18 @@ func (s *Subsystem) controller(id uint16) *controller {
 func deriveNGUID(nqn string, nsid uint32) [16]byte {
 	h := sha256.Sum256(fmt.Appendf(nil, "%s/%d", nqn, nsid))
 	return [16]byte(h[:16])
+}
+
+// deriveUUID makes a stable namespace UUID from the subsystem NQN and NSID:
+// a name-based UUID version 8 over SHA-256 (RFC 9562 section 5.8), so a
+// restarted target presents the same namespace and two namespaces never
+// share one.
+func deriveUUID(nqn string, nsid uint32) [16]byte {
+	h := sha256.Sum256(fmt.Appendf(nil, "rdisk-uuid/%s/%d", nqn, nsid))
+	u := [16]byte(h[:16])
+	u[6] = u[6]&0x0f | 0x80
+	u[8] = u[8]&0x3f | 0x80
+	return u
 }
 
 const maxNSID = 1024
