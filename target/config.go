@@ -99,6 +99,9 @@ type Port struct {
 	Param      map[string]string `json:"param,omitempty"`
 	Referrals  []Referral        `json:"referrals,omitempty"`
 	Subsystems []string          `json:"subsystems"`
+	// ANAGroups are nvmetcli's ANA groups of the port (accepted; rdisk
+	// reports every path optimized until ANA is implemented).
+	ANAGroups []ANAGroup `json:"ana_groups,omitempty"`
 	// Optional ports that cannot listen (their address is in use) are
 	// skipped with a warning instead of failing Start: rdisk target's
 	// default NVMe/TCP discovery port. Not part of nvmetcli's JSON.
@@ -119,6 +122,13 @@ type Referral struct {
 	Name   string   `json:"name"`
 	PortID uint16   `json:"portid"`
 	Addr   PortAddr `json:"addr"`
+	Enable int      `json:"enable,omitempty"`
+}
+
+// ANAGroup is an nvmetcli ANA group of a port.
+type ANAGroup struct {
+	GrpID int               `json:"grpid"`
+	ANA   map[string]string `json:"ana,omitempty"`
 }
 
 // Subsystem is an nvmetcli subsystem.
@@ -127,6 +137,9 @@ type Subsystem struct {
 	Attr         map[string]string `json:"attr"`
 	AllowedHosts []string          `json:"allowed_hosts"`
 	Namespaces   []Namespace       `json:"namespaces"`
+	// Passthru is nvmetcli's passthru controller, which rdisk does not
+	// have: a configuration with one is refused.
+	Passthru []map[string]any `json:"passthru,omitempty"`
 }
 
 // Namespace is an nvmetcli namespace.
@@ -137,18 +150,122 @@ type Namespace struct {
 		Path  string `json:"path"`
 		NGUID string `json:"nguid,omitempty"`
 		UUID  string `json:"uuid,omitempty"`
+		EUI64 string `json:"eui64,omitempty"`
 	} `json:"device"`
-	BlockSize int `json:"rdisk_block_size,omitempty"`
+	// ANAGrpID, ANA and Resv are nvmetcli's (accepted, not used yet).
+	ANAGrpID  int               `json:"ana_grpid,omitempty"`
+	ANA       map[string]string `json:"ana,omitempty"`
+	Resv      map[string]string `json:"resv,omitempty"`
+	BlockSize int               `json:"rdisk_block_size,omitempty"`
 }
 
-// Parse reads a configuration.
+// Parse reads a configuration strictly: unknown keys, values of the wrong
+// type, duplicate hosts, subsystems, namespaces and ports, references to
+// subsystems that are not defined, and a subsystem that no host may reach
+// on a non-loopback port are refused with a *ConfigError naming the line
+// and the field, before anything is opened or listens.
 func Parse(r io.Reader) (*Config, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("reading the configuration: %w", err)
+	}
 	var c Config
-	dec := json.NewDecoder(r)
-	if err := dec.Decode(&c); err != nil {
+	pos, err := checkSchema(data, &c)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
 		return nil, fmt.Errorf("parsing nvmetcli JSON: %w", err)
 	}
+	if err := c.validate(pos); err != nil {
+		return nil, err
+	}
 	return &c, nil
+}
+
+// validate checks what the schema cannot: uniqueness and references.
+func (c *Config) validate(pos *positions) error {
+	hosts := map[string]bool{}
+	for i, h := range c.Hosts {
+		p := fmt.Sprintf("hosts[%d]", i)
+		switch {
+		case h.NQN == "":
+			return pos.errAt(p, "a host needs an nqn")
+		case hosts[h.NQN]:
+			return pos.errAt(p+".nqn", "host %s is listed twice", h.NQN)
+		}
+		hosts[h.NQN] = true
+		if _, err := h.hostAuth(); err != nil {
+			return pos.errAt(p, "%v", err)
+		}
+	}
+	subs := map[string]*Subsystem{}
+	for i := range c.Subsystems {
+		s := &c.Subsystems[i]
+		p := fmt.Sprintf("subsystems[%d]", i)
+		switch {
+		case s.NQN == "":
+			return pos.errAt(p, "a subsystem needs an nqn")
+		case subs[s.NQN] != nil:
+			return pos.errAt(p+".nqn", "subsystem %s is defined twice", s.NQN)
+		case len(s.Passthru) > 0:
+			return pos.errAt(p+".passthru", "passthru subsystems are not supported by rdisk")
+		}
+		subs[s.NQN] = s
+		nsids := map[uint32]bool{}
+		for j, ns := range s.Namespaces {
+			np := fmt.Sprintf("%s.namespaces[%d]", p, j)
+			switch {
+			case ns.NSID == 0 || ns.NSID > 1024:
+				return pos.errAt(np+".nsid", "nsid %d: want 1 to 1024", ns.NSID)
+			case nsids[ns.NSID]:
+				return pos.errAt(np+".nsid", "nsid %d is used twice in subsystem %s", ns.NSID, s.NQN)
+			case ns.Device.Path == "":
+				return pos.errAt(np+".device", "namespace %d names no device path", ns.NSID)
+			}
+			nsids[ns.NSID] = true
+		}
+	}
+	ports := map[uint16]bool{}
+	for i, pc := range c.Ports {
+		p := fmt.Sprintf("ports[%d]", i)
+		if ports[pc.PortID] {
+			return pos.errAt(p+".portid", "port %d is defined twice", pc.PortID)
+		}
+		ports[pc.PortID] = true
+		switch pc.Addr.TrType {
+		case "", "rdma", "tcp", "rdma+tcp", "tcp+rdma":
+		default:
+			return pos.errAt(p+".addr.trtype", "trtype %q: want rdma, tcp or rdma+tcp (both on one port number)", pc.Addr.TrType)
+		}
+		if v, ok := pc.Param["inline_data_size"]; ok {
+			if _, err := strconv.Atoi(v); err != nil {
+				return pos.errAt(p+".param.inline_data_size", "%q is not a number", v)
+			}
+		}
+		loopback := pc.Addr.TrAddr != "" && isLoopbackAddr(pc.Addr.TrAddr)
+		for j, nqn := range pc.Subsystems {
+			sp := fmt.Sprintf("%s.subsystems[%d]", p, j)
+			s := subs[nqn]
+			if s == nil {
+				return pos.errAt(sp, "port %d: subsystem %s is not defined", pc.PortID, nqn)
+			}
+			if !loopback && s.Attr["allow_any_host"] != "1" && len(s.AllowedHosts) == 0 {
+				return pos.errAt(sp, "subsystem %s on port %d (%s, not loopback) lets no host in: list its allowed_hosts or set its attr allow_any_host to \"1\"",
+					nqn, pc.PortID, cmp.Or(pc.Addr.TrAddr, "any address"))
+			}
+		}
+	}
+	return nil
+}
+
+// isLoopbackAddr tells whether a port's traddr is a loopback address.
+func isLoopbackAddr(a string) bool {
+	if a == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(a, "[]"))
+	return ip != nil && ip.IsLoopback()
 }
 
 // Running is a started configuration.

@@ -90,18 +90,19 @@ func TestStartErrors(t *testing.T) {
 		{`{"ports":[{"portid":1,"addr":{"trtype":"rdma","traddr":"127.0.0.1","trsvcid":"0"},"subsystems":["nqn.missing"]}]}`, "not defined"},
 		{`{"subsystems":[{"nqn":"nqn.x","attr":{},"namespaces":[{"nsid":1,"enable":1,"device":{"path":"ram:12Q"}}]}]}`, "ram:12Q"},
 	} {
+		// Refused by Parse (checked before anything opens) or by Start
+		// (what needs the disk itself).
 		c, err := Parse(strings.NewReader(tc.json))
-		if err != nil {
-			t.Fatal(err)
-		}
-		run, err := Start(c, p, slog.New(slog.DiscardHandler), nil)
 		if err == nil {
-			run.Close()
-			t.Errorf("Start(%s) succeeded", tc.json)
-			continue
+			var run *Running
+			if run, err = Start(c, p, slog.New(slog.DiscardHandler), nil); err == nil {
+				run.Close()
+				t.Errorf("Start(%s) succeeded", tc.json)
+				continue
+			}
 		}
 		if !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Start(%s) = %v, want it to mention %q", tc.json, err, tc.want)
+			t.Errorf("Parse/Start(%s) = %v, want it to mention %q", tc.json, err, tc.want)
 		}
 	}
 	if _, err := Parse(strings.NewReader("{")); err == nil {
@@ -155,12 +156,11 @@ func TestStartHostAuth(t *testing.T) {
 		{`[{"nqn":"nqn.h1","dhchap_ctrl_key":"` + key + `"}]`, "dhchap_ctrl_key without dhchap_key"},
 	} {
 		c, err := Parse(strings.NewReader(`{"hosts":` + tc.hosts + `}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		run, err := Start(c, p, slog.New(slog.DiscardHandler), nil)
 		if err == nil {
-			run.Close()
+			var run *Running
+			if run, err = Start(c, p, slog.New(slog.DiscardHandler), nil); err == nil {
+				run.Close()
+			}
 		}
 		switch {
 		case tc.want == "" && err != nil:
@@ -197,6 +197,131 @@ func TestStartOptionalPort(t *testing.T) {
 		}
 		if run != nil {
 			run.Close()
+		}
+	}
+}
+
+// A configuration as nvmetcli's save writes it today: attribute groups,
+// ANA groups and group IDs, referral enable flags, resv.
+const nvmetcliFull = `{
+  "hosts": [
+    {
+      "nqn": "nqn.2014-08.org.nvmexpress:uuid:bbbb"
+    }
+  ],
+  "ports": [
+    {
+      "addr": {
+        "adrfam": "ipv4",
+        "traddr": "192.0.2.10",
+        "treq": "not specified",
+        "trsvcid": "4420",
+        "trtype": "tcp"
+      },
+      "ana_groups": [
+        {
+          "ana": {
+            "state": "optimized"
+          },
+          "grpid": 1
+        }
+      ],
+      "param": {
+        "inline_data_size": "16384",
+        "pi_enable": "0"
+      },
+      "portid": 1,
+      "referrals": [
+        {
+          "addr": {"adrfam": "ipv4", "traddr": "192.0.2.11", "treq": "not specified", "trsvcid": "4420", "trtype": "tcp"},
+          "enable": 1,
+          "name": "r1",
+          "portid": 2
+        }
+      ],
+      "subsystems": [
+        "nqn.2026-11.io.rdisk:full"
+      ]
+    }
+  ],
+  "subsystems": [
+    {
+      "allowed_hosts": [
+        "nqn.2014-08.org.nvmexpress:uuid:bbbb"
+      ],
+      "attr": {
+        "allow_any_host": "0",
+        "cntlid_max": "65519",
+        "cntlid_min": "1",
+        "model": "Linux",
+        "pi_enable": "0",
+        "serial": "0123456789abcdef",
+        "version": "1.3"
+      },
+      "namespaces": [
+        {
+          "ana": {
+            "grpid": "1"
+          },
+          "ana_grpid": 1,
+          "device": {
+            "nguid": "00000000-0000-0000-0000-000000000000",
+            "path": "ram:16MiB",
+            "uuid": "8f1a2f6c-1b2a-4d3e-9f00-112233445566"
+          },
+          "enable": 1,
+          "nsid": 1,
+          "resv": {
+            "enable": "0"
+          }
+        }
+      ],
+      "nqn": "nqn.2026-11.io.rdisk:full"
+    }
+  ]
+}
+`
+
+// TestParseStrict: nvmetcli's own save parses; each kind of mistake is
+// refused with its line and field, by Parse, before anything is opened
+// or listens.
+func TestParseStrict(t *testing.T) {
+	t.Parallel()
+	if _, err := Parse(strings.NewReader(nvmetcliFull)); err != nil {
+		t.Fatalf("nvmetcli's save refused: %v", err)
+	}
+	const sub = `"subsystems":[{"nqn":"nqn.a","attr":{"allow_any_host":"1"},"allowed_hosts":[],"namespaces":[{"nsid":1,"enable":1,"device":{"path":"ram:1MiB"}}]}]`
+	for _, tc := range []struct{ name, json, want string }{
+		{"misspelt key", strings.Replace(nvmetcliFull, `"namespaces"`, `"namespace"`, 1),
+			`line 56: subsystems[0].namespace: unknown key "namespace"`},
+		{"wrong type", strings.Replace(nvmetcliFull, `"nsid": 1`, `"nsid": "1"`, 1),
+			`line 68: subsystems[0].namespaces[0].nsid: want a whole number, got the string "1"`},
+		{"number too large", strings.Replace(nvmetcliFull, `"portid": 1,`, `"portid": 70000,`, 1),
+			"line 28: ports[0].portid: 70000 is not a whole number that fits"},
+		{"duplicate nsid", `{` + strings.Replace(sub, `}}]}]`, `}},{"nsid":1,"enable":1,"device":{"path":"ram:1MiB"}}]}]`, 1) + `}`,
+			"subsystems[0].namespaces[1].nsid: nsid 1 is used twice in subsystem nqn.a"},
+		{"duplicate subsystem", `{"subsystems":[{"nqn":"nqn.a"},{"nqn":"nqn.a"}]}`, "subsystems[1].nqn: subsystem nqn.a is defined twice"},
+		{"duplicate port", `{"ports":[{"portid":1,"addr":{"traddr":"127.0.0.1"},"subsystems":[]},{"portid":1,"addr":{"traddr":"127.0.0.1"},"subsystems":[]}]}`,
+			"ports[1].portid: port 1 is defined twice"},
+		{"duplicate host", `{"hosts":[{"nqn":"nqn.h"},{"nqn":"nqn.h"}]}`, "hosts[1].nqn: host nqn.h is listed twice"},
+		{"dangling reference", `{"ports":[{"portid":1,"addr":{"traddr":"127.0.0.1"},"subsystems":["nqn.none"]}]}`,
+			"ports[0].subsystems[0]: port 1: subsystem nqn.none is not defined"},
+		{"no host may connect", strings.Replace(nvmetcliFull, `"allowed_hosts": [
+        "nqn.2014-08.org.nvmexpress:uuid:bbbb"
+      ]`, `"allowed_hosts": []`, 1),
+			`line 38: ports[0].subsystems[0]: subsystem nqn.2026-11.io.rdisk:full on port 1 (192.0.2.10, not loopback) lets no host in`},
+		{"nsid 0", `{` + strings.Replace(sub, `"nsid":1`, `"nsid":0`, 1) + `}`, "subsystems[0].namespaces[0].nsid: nsid 0: want 1 to 1024"},
+		{"no device path", `{` + strings.Replace(sub, `"path":"ram:1MiB"`, `"nguid":""`, 1) + `}`, "subsystems[0].namespaces[0].device: namespace 1 names no device path"},
+		{"passthru", `{"subsystems":[{"nqn":"nqn.p","passthru":[{"device":{"path":"/dev/nvme0"}}]}]}`, "passthru subsystems are not supported"},
+		{"bad trtype", `{"ports":[{"portid":1,"addr":{"trtype":"fc"}}]}`, `ports[0].addr.trtype: trtype "fc"`},
+		{"bad inline size", `{"ports":[{"portid":1,"addr":{"trtype":"tcp","traddr":"127.0.0.1"},"param":{"inline_data_size":"big"}}]}`, `ports[0].param.inline_data_size: "big" is not a number`},
+		{"trailing data", `{}{}`, "data after the configuration object"},
+		{"broken JSON", "{\n\"hosts\": [\n}", "line 3"},
+		{"not an object", `[]`, "want an object, got a list"},
+	} {
+		_, err := Parse(strings.NewReader(tc.json))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
 		}
 	}
 }

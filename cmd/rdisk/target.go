@@ -186,7 +186,11 @@ func targetConfig(c *cli.Context) (*target.Config, error) {
 			return nil, fmt.Errorf("--config: %w", err)
 		}
 		defer f.Close()
-		return target.Parse(f)
+		cfg, err := target.Parse(f)
+		if err != nil {
+			return nil, fmt.Errorf("--config %s: %w", path, err)
+		}
+		return cfg, nil
 	}
 	host, port, err := net.SplitHostPort(c.String("listen"))
 	if err != nil {
