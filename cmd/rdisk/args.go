@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -49,7 +50,7 @@ func interspersed(app *cli.App, args []string) []string {
 	if cmd == nil {
 		return args
 	}
-	var flags, pos []string
+	var globals, flags, pos []string
 	for ; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
@@ -57,17 +58,39 @@ func interspersed(app *cli.App, args []string) []string {
 			break
 		}
 		if strings.HasPrefix(a, "-") && a != "-" {
-			flags = append(flags, a)
-			if takesValue(cmd.Flags, a) && !strings.Contains(a, "=") && i+1 < len(args) {
-				flags = append(flags, args[i+1])
+			// A global flag written after the command ("rdisk target
+			// --log-level debug") goes before it, where urfave/cli
+			// looks for it.
+			dst := &flags
+			fs := cmd.Flags
+			if !hasFlag(cmd.Flags, a) && hasFlag(app.Flags, a) {
+				dst, fs = &globals, app.Flags
+			}
+			*dst = append(*dst, a)
+			if takesValue(fs, a) && !strings.Contains(a, "=") && i+1 < len(args) {
+				*dst = append(*dst, args[i+1])
 				i++
 			}
 			continue
 		}
 		pos = append(pos, a)
 	}
+	if len(globals) > 0 {
+		out = append(append([]string{out[0]}, globals...), out[1:]...)
+	}
 	out = append(out, flags...)
 	return append(out, pos...)
+}
+
+// hasFlag tells whether flags define the flag written as arg.
+func hasFlag(flags []cli.Flag, arg string) bool {
+	name, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+	for _, f := range flags {
+		if slices.Contains(f.Names(), name) {
+			return true
+		}
+	}
+	return false
 }
 
 // takesValue tells whether the flag written as arg needs a value argument.

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -15,16 +17,89 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	app := newApp()
+	if err := checkCommand(app, os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "rdisk:", err)
+		os.Exit(2)
+	}
 	if err := app.RunContext(ctx, interspersed(app, os.Args)); err != nil {
 		fmt.Fprintln(os.Stderr, "rdisk:", err)
 		os.Exit(1)
 	}
 }
 
+// version is the module version of the build, or its VCS revision.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if (v == "" || v == "(devel)") && rev != "" {
+		return "devel-" + rev[:min(12, len(rev))] + dirty
+	}
+	if v == "" {
+		return "(devel)"
+	}
+	return v
+}
+
+// checkCommand refuses an unknown command name in one line, naming the
+// commands, instead of urfave/cli's "No help topic".
+func checkCommand(app *cli.App, args []string) error {
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		if strings.HasPrefix(a, "-") {
+			if takesValue(app.Flags, a) && !strings.Contains(a, "=") {
+				i++
+			}
+			continue
+		}
+		if a == "help" || a == "h" {
+			return nil
+		}
+		var names []string
+		for _, c := range app.Commands {
+			if c.HasName(a) {
+				return nil
+			}
+			names = append(names, c.Name)
+		}
+		return fmt.Errorf("unknown command %q; the commands are %s (rdisk --help)", a, strings.Join(names, ", "))
+	}
+	return nil
+}
+
+// usageErrors makes a flag or argument mistake one line naming the
+// command's help, instead of a full help dump, in every command.
+func usageErrors(cmds []*cli.Command, path string) {
+	for _, c := range cmds {
+		p := path + " " + c.Name
+		c.OnUsageError = func(_ *cli.Context, err error, _ bool) error {
+			return fmt.Errorf("%s: %w (rdisk%s --help)", strings.TrimSpace(p), err, p)
+		}
+		usageErrors(c.Subcommands, p)
+	}
+}
+
 func newApp() *cli.App {
-	return &cli.App{
-		Name:  "rdisk",
-		Usage: "block storage over RDMA: NVMe-oF, SRP and iSER targets and initiators",
+	app := &cli.App{
+		Name:    "rdisk",
+		Version: version(),
+		Usage:   "block storage over RDMA and TCP: NVMe-oF, SRP and iSER/iSCSI targets and initiators",
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return fmt.Errorf("%w (rdisk --help)", err)
+		},
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 		},
@@ -41,6 +116,8 @@ func newApp() *cli.App {
 			daemonCommand(),
 		},
 	}
+	usageErrors(app.Commands, "")
+	return app
 }
 
 // logger builds the process logger from the global flags.

@@ -192,7 +192,7 @@ func srpTargetFlags() []cli.Flag {
 //	if err != nil { return err }
 //	if st != nil { defer st.Close(); fmt.Printf("rdisk target: serving LUN 0 over SRP on %s\n  %s\n", su.Addr(), su) }
 func startSRPTarget(c *cli.Context, p rdma.Provider, lu *scsi.LU, log *slog.Logger, hook func(int)) (*srptarget.Target, srp.URL, error) {
-	addr := c.String("srp-listen")
+	addr := withPort(c.String("srp-listen"), "5555")
 	if addr == "" {
 		return nil, srp.URL{}, nil
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/rdisk/rdisk/backstore"
 	iscsitarget "github.com/rdisk/rdisk/iser/target"
@@ -112,7 +113,7 @@ func runTarget(c *cli.Context) error {
 			return err
 		}
 	}
-	if addr := c.String("iscsi-listen"); addr != "" && c.String("config") == "" {
+	if addr := withPort(c.String("iscsi-listen"), "3260"); addr != "" && c.String("config") == "" {
 		it, err := startISCSI(c, addr, lu, p, log, hook)
 		if err != nil {
 			return err
@@ -140,6 +141,19 @@ func runTarget(c *cli.Context) error {
 		fmt.Printf("rdisk target: SRP stats %+v\n", st.Stats())
 	}
 	return nil
+}
+
+// withPort adds the protocol's default port to an address given as a
+// bare host ("--listen 192.0.2.1" means 192.0.2.1:4420); an empty address
+// stays empty (the portal is off).
+func withPort(addr, port string) string {
+	if addr == "" {
+		return ""
+	}
+	if _, _, err := net.SplitHostPort(addr); err == nil {
+		return addr
+	}
+	return net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(addr, "["), "]"), port)
 }
 
 // printPort prints what a port serves, with the URLs and the Linux
@@ -192,9 +206,9 @@ func targetConfig(c *cli.Context) (*target.Config, error) {
 		}
 		return cfg, nil
 	}
-	host, port, err := net.SplitHostPort(c.String("listen"))
+	host, port, err := net.SplitHostPort(withPort(c.String("listen"), "4420"))
 	if err != nil {
-		return nil, fmt.Errorf("--listen %q: want host:port", c.String("listen"))
+		return nil, fmt.Errorf("--listen %q: want HOST or HOST:PORT", c.String("listen"))
 	}
 	hosts := c.StringSlice("allow-host")
 	anyHost := c.Bool("allow-any-host")
@@ -268,7 +282,7 @@ func targetConfig(c *cli.Context) (*target.Config, error) {
 		adrfam = "ipv6"
 	}
 	cfg.Ports = []target.Port{{PortID: 1, Addr: target.PortAddr{AdrFam: adrfam, TrType: tr, TrAddr: host, TrSvcID: port}, Subsystems: []string{sub.NQN}}}
-	if d := c.String("discovery-listen"); d != "" && tr != string(nvmet.TransportRDMA) {
+	if d := withPort(c.String("discovery-listen"), "8009"); d != "" && tr != string(nvmet.TransportRDMA) {
 		dh, dp, err := net.SplitHostPort(d)
 		if err != nil {
 			return nil, fmt.Errorf("--discovery-listen %q: want host:port", d)

@@ -78,7 +78,10 @@ func TestTargetTransportFlags(t *testing.T) {
 		{[]string{"--discovery-listen", ""}, "", []string{"rdma+tcp@127.0.0.1:4420"}},
 		{[]string{"--listen", "127.0.0.1:8009"}, "", []string{"rdma+tcp@127.0.0.1:8009"}},
 		{[]string{"--transport", "fc"}, `--transport "fc"`, nil},
-		{[]string{"--discovery-listen", "nope"}, "--discovery-listen", nil},
+		// A bare host takes the protocol's default port.
+		{[]string{"--listen", "127.0.0.2"}, "", []string{"rdma+tcp@127.0.0.2:4420", "tcp@127.0.0.2:8009"}},
+		{[]string{"--discovery-listen", "127.0.0.3"}, "", []string{"rdma+tcp@127.0.0.1:4420", "tcp@127.0.0.3:8009"}},
+		{[]string{"--listen", "[::1]"}, "", []string{"rdma+tcp@::1:4420", "tcp@::1:8009"}},
 	} {
 		cmd := targetCommand()
 		var ports []string
