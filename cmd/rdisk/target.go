@@ -2,6 +2,7 @@ package main
 
 import (
 	crand "crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -56,7 +57,7 @@ also name "ram:SIZE" or "null:SIZE" as their device path.`,
 			&cli.StringFlag{Name: "listen", Value: defaultNVMeAddr, Usage: "NVMe-oF address (host:port)"},
 			&cli.StringFlag{Name: "transport", Value: string(nvmet.TransportBoth), Usage: "NVMe-oF transport on --listen: rdma, tcp or rdma+tcp (both on one port number)"},
 			&cli.StringFlag{Name: "discovery-listen", Value: defaultDiscoveryAddr, Usage: "NVMe/TCP discovery port (host:port; empty: none; only with a tcp transport)"},
-			&cli.StringFlag{Name: "size", Value: defaultRAMSize, Usage: "RAM disk size"},
+			&cli.StringFlag{Name: "size", Value: defaultRAMSize, Usage: "RAM disk size; with --file, the size to create or extend the file to (as targetcli's fileio)"},
 			&cli.BoolFlag{Name: "fill", Usage: "write random data over the whole RAM disk before serving it (reads then touch memory, as on a used disk)"},
 			&cli.StringFlag{Name: "file", Usage: "export this regular file instead of a RAM disk"},
 			&cli.StringFlag{Name: "device", Usage: "export this block device instead of a RAM disk"},
@@ -104,6 +105,7 @@ func runTarget(c *cli.Context) error {
 			return fmt.Errorf("--fill: %w", err)
 		}
 	}
+	printDisks(cfg, run.Disks())
 	for _, port := range run.Ports {
 		printPort(port, port.Subsystems())
 	}
@@ -143,6 +145,50 @@ func runTarget(c *cli.Context) error {
 	return nil
 }
 
+// prepareFile makes the --file backstore as targetcli's fileio does: with
+// --size, a missing file is created (sparse) and a shorter one extended; a
+// longer one is refused rather than shrunk. Without --size the file must
+// exist and hold data.
+func prepareFile(path, size string, sized bool) error {
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil && !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("--file: %w", err)
+	case err == nil && !fi.Mode().IsRegular():
+		return fmt.Errorf("--file %s is not a regular file (use --device for a block device)", path)
+	case !sized && err != nil:
+		return fmt.Errorf("--file %s does not exist: pass --size to create it", path)
+	case !sized && fi.Size() == 0:
+		return fmt.Errorf("--file %s is empty: pass --size to extend it", path)
+	case !sized:
+		return nil
+	}
+	n, perr := units.ParseSize(size)
+	if perr != nil {
+		return fmt.Errorf("--size: %w", perr)
+	}
+	if n <= 0 || n%4096 != 0 {
+		return fmt.Errorf("--size %s: want a positive multiple of 4 KiB", size)
+	}
+	if err == nil {
+		switch {
+		case fi.Size() == n:
+			return nil
+		case fi.Size() > n:
+			return fmt.Errorf("--size %s is smaller than --file %s (%s): rdisk does not shrink files", size, path, units.FormatSize(fi.Size()))
+		}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("--file: %w", err)
+	}
+	defer f.Close()
+	if err := f.Truncate(n); err != nil {
+		return fmt.Errorf("--file %s: sizing to %s: %w", path, size, err)
+	}
+	return nil
+}
+
 // withPort adds the protocol's default port to an address given as a
 // bare host ("--listen 192.0.2.1" means 192.0.2.1:4420); an empty address
 // stays empty (the portal is off).
@@ -154,6 +200,28 @@ func withPort(addr, port string) string {
 		return addr
 	}
 	return net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(addr, "["), "]"), port)
+}
+
+// printDisks prints each namespace's disk: its size and what backs it.
+func printDisks(cfg *target.Config, disks []backstore.Disk) {
+	i := 0
+	for _, s := range cfg.Subsystems {
+		for _, ns := range s.Namespaces {
+			if i >= len(disks) {
+				return
+			}
+			d := disks[i]
+			i++
+			backing := ns.Device.Path
+			switch {
+			case strings.HasPrefix(backing, "ram:"):
+				backing = "RAM disk"
+			case strings.HasPrefix(backing, "null:"):
+				backing = "null disk (reads zeroes, drops writes)"
+			}
+			fmt.Printf("rdisk target: %s namespace %d: %s, %d-byte blocks, %s\n", s.NQN, ns.NSID, units.FormatSize(d.Size()), d.BlockSize(), backing)
+		}
+	}
 }
 
 // printPort prints what a port serves, with the URLs and the Linux
@@ -229,6 +297,9 @@ func targetConfig(c *cli.Context) (*target.Config, error) {
 		return nil, fmt.Errorf("--fill writes over the RAM disk only, not over --file or --device")
 	case c.String("file") != "":
 		dev = c.String("file")
+		if err := prepareFile(dev, c.String("size"), c.IsSet("size")); err != nil {
+			return nil, err
+		}
 	case c.String("device") != "":
 		dev = c.String("device")
 	}

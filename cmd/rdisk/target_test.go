@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -148,5 +150,49 @@ func TestTargetDHCHAPFlags(t *testing.T) {
 		case tc.want == "" && n != tc.hosts:
 			t.Errorf("%v: %d hosts with keys, want %d", tc.args, n, tc.hosts)
 		}
+	}
+}
+
+// TestTargetFileSize: --file with --size creates or extends the file (as
+// targetcli's fileio); without --size it must exist and hold data; a file
+// longer than --size is not shrunk.
+func TestTargetFileSize(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "disk.img")
+	cfgOf := func(args ...string) error {
+		cmd := targetCommand()
+		cmd.Action = func(c *cli.Context) error { _, err := targetConfig(c); return err }
+		app := &cli.App{Name: "rdisk", Writer: &bytes.Buffer{}, ErrWriter: &bytes.Buffer{}, Commands: []*cli.Command{cmd}}
+		return app.RunContext(context.Background(), append([]string{"rdisk", "target"}, args...))
+	}
+	size := func() int64 {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	if err := cfgOf("--file", path); err == nil || !strings.Contains(err.Error(), "does not exist: pass --size") {
+		t.Fatalf("missing file without --size: %v", err)
+	}
+	if err := cfgOf("--file", path, "--size", "8MiB"); err != nil || size() != 8<<20 {
+		t.Fatalf("create: %v, %d bytes", err, size())
+	}
+	if err := cfgOf("--file", path, "--size", "16MiB"); err != nil || size() != 16<<20 {
+		t.Fatalf("extend: %v, %d bytes", err, size())
+	}
+	if err := cfgOf("--file", path, "--size", "4MiB"); err == nil || !strings.Contains(err.Error(), "does not shrink") || size() != 16<<20 {
+		t.Fatalf("shrink: %v, %d bytes", err, size())
+	}
+	if err := cfgOf("--file", path); err != nil {
+		t.Fatalf("existing file: %v", err)
+	}
+	empty := filepath.Join(dir, "empty.img")
+	os.WriteFile(empty, nil, 0o600)
+	if err := cfgOf("--file", empty); err == nil || !strings.Contains(err.Error(), "is empty: pass --size") {
+		t.Fatalf("empty file: %v", err)
+	}
+	if err := cfgOf("--file", path, "--size", "1000"); err == nil || !strings.Contains(err.Error(), "multiple of 4 KiB") {
+		t.Fatalf("odd size: %v", err)
 	}
 }
