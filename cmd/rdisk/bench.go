@@ -130,6 +130,12 @@ func runBench(c *cli.Context) error {
 	if err := setProcs(c, queues); err != nil {
 		return err
 	}
+	if p := c.String("plot"); p != "" {
+		// Before the run, not after it.
+		if err := plot.CheckPath(p); err != nil {
+			return fmt.Errorf("--plot: %w", err)
+		}
+	}
 	// Jobs share queues when there are fewer queues than jobs.
 	depth := qd * ((jobs + queues - 1) / queues)
 	dev, closeDev, err := openDevice(c, c.Args().First(), queues, depth)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -48,11 +49,31 @@ var (
 	writeColor = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
 )
 
-// Plot draws run to path; the extension picks the format (.svg or .png).
-func Plot(path string, run Run) error {
+// CheckPath tells, before a run, whether Plot could write path: a .svg or
+// .png name in a directory that exists and is writable.
+func CheckPath(path string) error {
 	ext := strings.ToLower(filepath.Ext(path))
 	if ext != ".svg" && ext != ".png" {
 		return fmt.Errorf("plot %s: want a .svg or .png file name", path)
+	}
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return fmt.Errorf("plot %s: %w", path, err)
+	case !fi.IsDir():
+		return fmt.Errorf("plot %s: %s is not a directory", path, dir)
+	}
+	if err := unix.Access(dir, unix.W_OK); err != nil {
+		return fmt.Errorf("plot %s: directory %s is not writable", path, dir)
+	}
+	return nil
+}
+
+// Plot draws run to path; the extension picks the format (.svg or .png).
+func Plot(path string, run Run) error {
+	if err := CheckPath(path); err != nil {
+		return err
 	}
 	if len(run.Samples) == 0 && len(run.Read) == 0 && len(run.Write) == 0 {
 		return errors.New("plot: nothing was measured")
@@ -73,7 +94,7 @@ func Plot(path string, run Run) error {
 	const w, h = 8 * vg.Inch, 10 * vg.Inch
 	var c draw.Canvas
 	var write func(*os.File) error
-	if ext == ".svg" {
+	if strings.EqualFold(filepath.Ext(path), ".svg") {
 		cv := vgsvg.New(w, h)
 		c = draw.New(cv)
 		write = func(f *os.File) error { _, err := cv.WriteTo(f); return err }

@@ -74,3 +74,18 @@ func TestRecorderConformance(t *testing.T) {
 		return NewRecorder(m, 0)
 	})
 }
+
+func TestCheckPath(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ path, want string }{
+		{filepath.Join(dir, "run.svg"), ""},
+		{filepath.Join(dir, "run.PNG"), ""},
+		{filepath.Join(dir, "run.txt"), "want a .svg or .png"},
+		{filepath.Join(dir, "missing", "run.svg"), "no such file"},
+	} {
+		err := CheckPath(tc.path)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("CheckPath(%s) = %v, want %q", tc.path, err, tc.want)
+		}
+	}
+}
