@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,7 +58,28 @@ type entry struct {
 	sockets  []string // unix socket files to remove
 	serving  sync.WaitGroup
 	fuse     *fusefile.Mount
-	closing  bool // a Disconnect is running
+	fuseDir  string // the FUSE mount's directory, cleaned
+	closing  bool   // a Disconnect is running
+}
+
+// isMountPoint tells whether dir is a mount point (in /proc/self/mountinfo).
+func isMountPoint(dir string) bool {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return false
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT ...; spaces are octal escaped.
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.ReplaceAll(f[4], "\\040", " ") == abs {
+			return true
+		}
+	}
+	return false
 }
 
 // NewDaemon returns a daemon with no sessions.
@@ -104,12 +126,35 @@ func (d *Daemon) Connect(ctx context.Context, spec ConnectSpec) (SessionInfo, er
 			d.log.Warn("daemon: a second session to the same disk", "url", spec.URL, "other", e.name)
 		}
 	}
+	if spec.FUSE != "" {
+		// Refused rather than mounted over: a second FUSE mount on one
+		// directory hides the first disk.
+		for _, e := range d.sessions {
+			if e.fuseDir == filepath.Clean(spec.FUSE) {
+				d.mu.Unlock()
+				return SessionInfo{}, fmt.Errorf("--fuse %s is session %s's mount already (rdisk disconnect %s, or pick another directory)", spec.FUSE, e.name, e.name)
+			}
+		}
+		if isMountPoint(spec.FUSE) {
+			d.mu.Unlock()
+			return SessionInfo{}, fmt.Errorf("--fuse %s is a mount point already: pick an unmounted directory", spec.FUSE)
+		}
+	}
 	d.pending[name] = true
 	d.mu.Unlock()
 	defer func() {
 		d.mu.Lock()
 		delete(d.pending, name)
+		// A connect that failed leaves a daemon started for it idle: tell
+		// an --exit-when-idle daemon so it does not linger.
+		idle := d.sessions[name] == nil && len(d.sessions) == 0 && len(d.pending) == 0
 		d.mu.Unlock()
+		if idle {
+			select {
+			case d.idle <- struct{}{}:
+			default:
+			}
+		}
 	}()
 
 	if len(spec.NBD) == 0 && spec.FUSE == "" && d.cfg.DefaultNBDDir != "" {
@@ -187,6 +232,7 @@ func (d *Daemon) export(e *entry, spec ConnectSpec) error {
 		}
 	}
 	if spec.FUSE != "" {
+		e.fuseDir = filepath.Clean(spec.FUSE)
 		if err := os.MkdirAll(spec.FUSE, 0o700); err != nil {
 			return fmt.Errorf("FUSE directory: %w", err)
 		}

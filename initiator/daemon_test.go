@@ -153,6 +153,34 @@ func TestDaemonConnectUnreachable(t *testing.T) {
 	}
 }
 
+// TestDaemonIdleAfterFailedConnect: a connect that fails leaves the daemon
+// without sessions, and it says so (a daemon started for that connect with
+// --exit-when-idle exits instead of lingering).
+func TestDaemonIdleAfterFailedConnect(t *testing.T) {
+	t.Parallel()
+	d, sock, ft := startDaemon(t)
+	ft.setDown(true)
+	if _, err := call(t, sock, &Request{Op: OpConnect, Connect: &ConnectSpec{URL: "fake://down"}}); err == nil {
+		t.Fatal("connect to a down target succeeded")
+	}
+	select {
+	case <-d.Idle():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no idle signal after the failed connect")
+	}
+}
+
+// TestDaemonFUSEDirOnce: a second session on a FUSE directory already in
+// use, or on any mount point, is refused instead of mounted over it.
+func TestDaemonFUSEDirOnce(t *testing.T) {
+	t.Parallel()
+	_, sock, _ := startDaemon(t)
+	_, err := call(t, sock, &Request{Op: OpConnect, Connect: &ConnectSpec{URL: "fake://x", FUSE: "/proc"}})
+	if err == nil || !strings.Contains(err.Error(), "is a mount point already") {
+		t.Fatalf("FUSE on a mount point: %v", err)
+	}
+}
+
 func TestControlBadInput(t *testing.T) {
 	t.Parallel()
 	_, sock, _ := startDaemon(t)
