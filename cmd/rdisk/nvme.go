@@ -149,6 +149,27 @@ func nvmeCommand() *cli.Command {
 				Action:    func(c *cli.Context) error { return withController(c, runIdentify) },
 			},
 			{
+				Name:      "id-ctrl",
+				Usage:     "print Identify Controller (nvme id-ctrl; --json with nvme-cli's keys)",
+				ArgsUsage: urlArg,
+				Flags:     flags(),
+				Action:    func(c *cli.Context) error { return withController(c, runIDCtrl) },
+			},
+			{
+				Name:      "id-ns",
+				Usage:     "print Identify Namespace of the URL's namespace (nvme id-ns; --json with nvme-cli's keys)",
+				ArgsUsage: urlArg,
+				Flags:     flags(),
+				Action:    func(c *cli.Context) error { return withController(c, runIDNS) },
+			},
+			{
+				Name:      "error-log",
+				Usage:     "print the Error Information log (nvme error-log; --json with nvme-cli's keys)",
+				ArgsUsage: urlArg,
+				Flags:     flags(),
+				Action:    func(c *cli.Context) error { return withController(c, runErrorLog) },
+			},
+			{
 				Name:      "list",
 				Usage:     "list the subsystem's namespaces (nvme list)",
 				ArgsUsage: urlArg,
@@ -217,11 +238,12 @@ func runIdentify(ctx context.Context, c *cli.Context, ctrl *host.Controller, u h
 		}
 	}
 	if c.Bool("json") {
-		return printJSON(c.App.Writer, struct {
-			Controller nvmeof.IdentifyController `json:"controller"`
-			Namespace  *nvmeof.IdentifyNamespace `json:"namespace,omitempty"`
-			IDs        *nvmeof.NamespaceIDs      `json:"namespace_ids,omitempty"`
-		}{id, ns, ids})
+		// id-ctrl's object, and id-ns's under "namespace".
+		o := idCtrlJSON(&id)
+		if ns != nil {
+			o.add("namespace", idNSJSON(ns))
+		}
+		return printJSON(c.App.Writer, o)
 	}
 	printIDCtrl(c.App.Writer, &id)
 	if ns != nil {
@@ -437,7 +459,7 @@ func runSMART(ctx context.Context, c *cli.Context, ctrl *host.Controller, u host
 		return err
 	}
 	if c.Bool("json") {
-		return printJSON(c.App.Writer, l)
+		return printJSON(c.App.Writer, smartJSON(&l))
 	}
 	w := c.App.Writer
 	p := func(name, format string, args ...any) {
