@@ -147,7 +147,28 @@ func (s LoginStatus) String() string {
 
 // Error makes a LoginStatus an error.
 func (s LoginStatus) Error() string {
-	return "iser: login failed: " + s.String() + " (" + hex2(s.Class()) + "/" + hex2(s.Detail()) + ")"
+	e := "iser: login failed: " + s.String() + " (" + hex2(s.Class()) + "/" + hex2(s.Detail()) + ")"
+	if h := s.hint(); h != "" {
+		e += ": " + h
+	}
+	return e
+}
+
+// hint says in words what usually causes a refusal and what to check.
+func (s LoginStatus) hint() string {
+	switch s {
+	case LoginAuthFailed:
+		return "the target wants CHAP and the name or secret did not match (rdisk daemon --chap-user/--chap-secret)"
+	case LoginForbidden:
+		return "the initiator name is not in the target's ACL (rdisk target --allow-initiator IQN)"
+	case LoginNotFound:
+		return "no target of that name on the portal (rdisk discover iscsi://HOST lists them)"
+	case LoginTooManyConnections:
+		return "the session has as many connections as the target allows"
+	case LoginTargetMovedTemp, LoginTargetMovedPerm:
+		return "the portal redirected the login elsewhere"
+	}
+	return ""
 }
 
 func hex2(b uint8) string {

@@ -144,6 +144,26 @@ func (r RejectReason) String() string {
 	return "reject reason 0x" + strconv.FormatUint(uint64(r), 16)
 }
 
+// Hint says in words what usually causes the reason and what to check,
+// or "" (the target's log has the exact cause; the wire has only the code).
+func (r RejectReason) Hint() string {
+	switch r {
+	case RejUnableAssociateChannel:
+		return "the target has no port with the URL's ID_EXT and IOC_GUID (rdisk discover srp://HOST lists its ports)"
+	case RejUnableEstablishChannel:
+		return "the target refused this initiator: its port ID may not be in the target port's ACL (rdisk target --srp-allow), or the login asked for something the target does not do"
+	case RejInsufficientResources:
+		return "the target is out of channels or memory; try fewer queues or a smaller queue depth"
+	case RejITIULenTooLarge:
+		return "the initiator asked for larger information units than the target takes"
+	case RejUnsupportedDescFormat:
+		return "the target does not support the data buffer descriptor formats asked for"
+	case RejChannelLimitReached:
+		return "this initiator has as many channels as the target allows; try fewer queues"
+	}
+	return ""
+}
+
 // Error makes a RejectReason an error.
 func (r RejectReason) Error() string { return "srp: login rejected: " + r.String() }
 

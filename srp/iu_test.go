@@ -445,3 +445,16 @@ func TestLinuxLoginCapture(t *testing.T) {
 		}
 	}
 }
+
+// TestRejectHints: the refusals an operator meets most are explained in
+// words with what to check.
+func TestRejectHints(t *testing.T) {
+	for _, r := range []RejectReason{RejUnableAssociateChannel, RejUnableEstablishChannel, RejInsufficientResources, RejChannelLimitReached} {
+		if r.Hint() == "" {
+			t.Errorf("%v has no hint", r)
+		}
+	}
+	if !strings.Contains(RejUnableAssociateChannel.Hint(), "rdisk discover srp://") {
+		t.Errorf("hint: %s", RejUnableAssociateChannel.Hint())
+	}
+}

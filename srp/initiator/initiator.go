@@ -176,7 +176,11 @@ type LoginError struct {
 
 // Error describes the reject.
 func (e *LoginError) Error() string {
-	return fmt.Sprintf("srp: target %s rejected the login of channel %d: %s", e.Addr, e.Channel, e.Reason)
+	s := fmt.Sprintf("srp: target %s rejected the login of channel %d: %s", e.Addr, e.Channel, e.Reason)
+	if h := e.Reason.Hint(); h != "" {
+		s += " (" + h + ")"
+	}
+	return s
 }
 
 // Unwrap returns the reason, so errors.Is(err, RejITIULenTooLarge) works.
