@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rdisk/rdisk/internal/units"
 )
 
 // FileOptions configure OpenFile. The zero value opens an existing file
@@ -71,7 +73,7 @@ func OpenFile(path string, opts FileOptions) (*File, error) {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	if opts.Size < 0 || opts.Size%int64(bs) != 0 {
-		return nil, fmt.Errorf("opening %s: size %d is not a multiple of the block size %d", path, opts.Size, bs)
+		return nil, fmt.Errorf("opening %s: size %s is not a multiple of the block size %d", path, units.FormatSize(opts.Size), bs)
 	}
 	if opts.Create && opts.ReadOnly {
 		return nil, fmt.Errorf("opening %s: Create and ReadOnly exclude each other", path)
@@ -122,13 +124,13 @@ func (f *File) setup(opts FileOptions) error {
 	case d.size == 0:
 		d.size = st.Size &^ int64(d.bs-1)
 		if d.size == 0 {
-			return fmt.Errorf("file of %d bytes holds no whole %d-byte block; set FileOptions.Size", st.Size, d.bs)
+			return fmt.Errorf("the file (%s) holds no whole %d-byte block: give it a size (rdisk target --file PATH --size N creates or extends it)", units.FormatSize(st.Size), d.bs)
 		}
 	case st.Size < d.size && d.ro:
-		return fmt.Errorf("read-only file has %d bytes, fewer than the size %d", st.Size, d.size)
+		return fmt.Errorf("read-only file has %s, fewer than the size %s", units.FormatSize(st.Size), units.FormatSize(d.size))
 	case st.Size < d.size:
 		if err := unix.Ftruncate(d.fd, d.size); err != nil {
-			return fmt.Errorf("extending to %d bytes: %w", d.size, err)
+			return fmt.Errorf("extending to %s: %w", units.FormatSize(d.size), err)
 		}
 	}
 	if d.direct {

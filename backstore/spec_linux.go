@@ -5,6 +5,8 @@ package backstore
 import (
 	"fmt"
 	"io/fs"
+
+	"github.com/rdisk/rdisk/internal/units"
 )
 
 // Kind names a backstore implementation.
@@ -64,7 +66,7 @@ func Open(s Spec) (Disk, error) {
 			return nil, fmt.Errorf("creating null disk: %w", err)
 		}
 		if s.Size <= 0 || s.Size%int64(bs) != 0 {
-			return nil, fmt.Errorf("creating null disk: size %d is not a positive multiple of the block size %d", s.Size, bs)
+			return nil, fmt.Errorf("creating null disk: size %s is not a positive multiple of the block size %d", units.FormatSize(s.Size), bs)
 		}
 		n := NewNull(s.Size, bs)
 		n.SetReadOnly(s.ReadOnly)

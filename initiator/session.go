@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rdisk/rdisk/blockdev"
+	"github.com/rdisk/rdisk/internal/units"
 )
 
 // State is a session's connection state.
@@ -580,7 +581,7 @@ func (s *Session) reconnect(l *link) {
 // compatible checks that a new connection reaches the same disk shape.
 func (s *Session) compatible(in blockdev.Info) error {
 	if in.BlockSize != s.info.BlockSize || in.Size != s.info.Size {
-		return fmt.Errorf("reconnected to a different disk: %d bytes in %d-byte blocks, was %d in %d", in.Size, in.BlockSize, s.info.Size, s.info.BlockSize)
+		return fmt.Errorf("reconnected to a different disk: %s in %d-byte blocks, was %s in %d", units.FormatSize(in.Size), in.BlockSize, units.FormatSize(s.info.Size), s.info.BlockSize)
 	}
 	if in.MaxTransfer < s.info.MaxTransfer || in.MaxZeroes < s.info.MaxZeroes && s.info.Caps&(blockdev.CapDiscard|blockdev.CapWriteZeroes) != 0 {
 		return fmt.Errorf("reconnected disk has a smaller transfer limit (%d, was %d)", in.MaxTransfer, s.info.MaxTransfer)
