@@ -157,6 +157,8 @@ type Namespace struct {
 	ANA       map[string]string `json:"ana,omitempty"`
 	Resv      map[string]string `json:"resv,omitempty"`
 	BlockSize int               `json:"rdisk_block_size,omitempty"`
+	// ReadOnly exports the device write-protected (an rdisk extension).
+	ReadOnly bool `json:"rdisk_read_only,omitempty"`
 }
 
 // Parse reads a configuration strictly: unknown keys, values of the wrong
@@ -344,7 +346,7 @@ func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (
 		}
 		subs[s.NQN] = sub
 		for _, ns := range s.Namespaces {
-			disk, err := OpenDevice(ns.Device.Path, ns.BlockSize)
+			disk, err := OpenDevice(ns.Device.Path, ns.BlockSize, ns.ReadOnly)
 			if err != nil {
 				return nil, fmt.Errorf("subsystem %s namespace %d: %w", s.NQN, ns.NSID, err)
 			}
@@ -426,9 +428,9 @@ func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (
 }
 
 // OpenDevice opens a namespace's backing store: "ram:SIZE", "null:SIZE",
-// a block device, or a regular file. blockSize 0 means 512 (block devices
-// use their logical block size).
-func OpenDevice(path string, blockSize int) (backstore.Disk, error) {
+// a block device, or a regular file, read-only when readOnly is set.
+// blockSize 0 means 512 (block devices use their logical block size).
+func OpenDevice(path string, blockSize int, readOnly bool) (backstore.Disk, error) {
 	if kind, size, ok := strings.Cut(path, ":"); ok && (kind == "ram" || kind == "null") {
 		n, err := units.ParseSize(size)
 		if err != nil {
@@ -439,19 +441,26 @@ func OpenDevice(path string, blockSize int) (backstore.Disk, error) {
 			bs = 512
 		}
 		if kind == "null" {
-			return backstore.NewNull(n, bs), nil
+			d := backstore.NewNull(n, bs)
+			d.SetReadOnly(readOnly)
+			return d, nil
 		}
-		return backstore.NewMem(n, bs)
+		m, err := backstore.NewMem(n, bs)
+		if err != nil {
+			return nil, err
+		}
+		m.SetReadOnly(readOnly)
+		return m, nil
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	if fi.Mode()&os.ModeDevice != 0 {
-		return backstore.OpenBlock(path, backstore.BlockOptions{BlockSize: blockSize})
+		return backstore.OpenBlock(path, backstore.BlockOptions{BlockSize: blockSize, ReadOnly: readOnly})
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s is neither a block device nor a regular file", path)
 	}
-	return backstore.OpenFile(path, backstore.FileOptions{BlockSize: blockSize})
+	return backstore.OpenFile(path, backstore.FileOptions{BlockSize: blockSize, ReadOnly: readOnly})
 }

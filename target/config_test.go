@@ -325,3 +325,24 @@ func TestParseStrict(t *testing.T) {
 		}
 	}
 }
+
+// TestReadOnlyNamespaceConfig: rdisk_read_only opens the device
+// write-protected.
+func TestReadOnlyNamespaceConfig(t *testing.T) {
+	t.Parallel()
+	c, err := Parse(strings.NewReader(`{"subsystems":[{"nqn":"nqn.ro","attr":{"allow_any_host":"1"},"namespaces":[` +
+		`{"nsid":1,"enable":1,"rdisk_read_only":true,"device":{"path":"ram:1MiB"}},{"nsid":2,"enable":1,"device":{"path":"ram:1MiB"}}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := iwarp.New(iwarp.Config{})
+	defer p.Close()
+	run, err := Start(c, p, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Close()
+	if d := run.Disks(); !d[0].ReadOnly() || d[1].ReadOnly() {
+		t.Fatalf("read-only flags: %v %v", d[0].ReadOnly(), d[1].ReadOnly())
+	}
+}

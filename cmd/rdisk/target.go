@@ -61,6 +61,7 @@ also name "ram:SIZE" or "null:SIZE" as their device path.`,
 			&cli.BoolFlag{Name: "fill", Usage: "write random data over the whole RAM disk before serving it (reads then touch memory, as on a used disk)"},
 			&cli.StringFlag{Name: "file", Usage: "export this regular file instead of a RAM disk"},
 			&cli.StringFlag{Name: "device", Usage: "export this block device instead of a RAM disk"},
+			&cli.BoolFlag{Name: "read-only", Usage: "export the disk write-protected (NVMe namespace write protected, SCSI WP)"},
 			&cli.IntFlag{Name: "block-size", Value: defaultBlockSize, Usage: "logical block size of a RAM disk or file (512 or 4096)"},
 			&cli.StringFlag{Name: "nqn", Value: defaultNQN, Usage: "subsystem NQN"},
 			&cli.StringSliceFlag{Name: "allow-host", Usage: "host NQN allowed to connect (repeatable)"},
@@ -101,7 +102,19 @@ func runTarget(c *cli.Context) error {
 	}
 	defer run.Close()
 	if c.Bool("fill") {
-		if err := fillRandom(run.Disks()[0]); err != nil {
+		d := run.Disks()[0]
+		rw, ro := d.(interface{ SetReadOnly(bool) })
+		ro = ro && d.ReadOnly()
+		if ro {
+			// --read-only --fill: the data goes in first, then the disk
+			// is write-protected again.
+			rw.SetReadOnly(false)
+		}
+		err := fillRandom(d)
+		if ro {
+			rw.SetReadOnly(true)
+		}
+		if err != nil {
 			return fmt.Errorf("--fill: %w", err)
 		}
 	}
@@ -219,7 +232,11 @@ func printDisks(cfg *target.Config, disks []backstore.Disk) {
 			case strings.HasPrefix(backing, "null:"):
 				backing = "null disk (reads zeroes, drops writes)"
 			}
-			fmt.Printf("rdisk target: %s namespace %d: %s, %d-byte blocks, %s\n", s.NQN, ns.NSID, units.FormatSize(d.Size()), d.BlockSize(), backing)
+			ro := ""
+			if d.ReadOnly() {
+				ro = ", read-only"
+			}
+			fmt.Printf("rdisk target: %s namespace %d: %s, %d-byte blocks, %s%s\n", s.NQN, ns.NSID, units.FormatSize(d.Size()), d.BlockSize(), backing, ro)
 		}
 	}
 }
@@ -338,7 +355,7 @@ func targetConfig(c *cli.Context) (*target.Config, error) {
 	if anyHost {
 		sub.Attr["allow_any_host"] = "1"
 	}
-	ns := target.Namespace{NSID: 1, Enable: 1, BlockSize: bs}
+	ns := target.Namespace{NSID: 1, Enable: 1, BlockSize: bs, ReadOnly: c.Bool("read-only")}
 	ns.Device.Path = dev
 	sub.Namespaces = []target.Namespace{ns}
 	cfg.Subsystems = []target.Subsystem{sub}

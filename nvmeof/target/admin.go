@@ -208,6 +208,9 @@ func (c *controller) identifyNamespace(n *Namespace) nvmeof.IdentifyNamespace {
 		NMIC: nvmeof.NMICShared, NGUID: n.cfg.NGUID, EUI64: n.cfg.EUI64,
 		LBAF: []nvmeof.LBAFormat{{LBADS: n.lbads}},
 	}
+	if n.cfg.Disk.ReadOnly() {
+		id.NSATTR |= nvmeof.NSATTRReadOnly // hosts then mount it read-only
+	}
 	if _, ok := n.cfg.Disk.(backstore.Discarder); ok {
 		// Thin provisioned; deallocated blocks read as zeroes only where
 		// the backstore guarantees it.

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/rdisk/rdisk/backstore"
+	"github.com/rdisk/rdisk/nvmeof"
 )
 
 // TestStableIdentities: a target built again from the same configuration
@@ -57,5 +58,27 @@ func TestStableIdentities(t *testing.T) {
 	}
 	if v := a.uuid[0][6] >> 4; v != 8 || a.uuid[0][8]&0xc0 != 0x80 {
 		t.Fatalf("UUID %x: version %d / variant %#x, want 8 / RFC 9562", a.uuid[0], v, a.uuid[0][8]&0xc0)
+	}
+}
+
+// TestReadOnlyNamespace: a write-protected disk is reported so in Identify
+// Namespace (NSATTR bit 0), so hosts mount it read-only, and writes to it
+// fail with Namespace Is Write Protected.
+func TestReadOnlyNamespace(t *testing.T) {
+	t.Parallel()
+	m, err := backstore.NewMem(1<<20, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &Namespace{cfg: NamespaceConfig{Disk: m}, nsze: 2048, lbads: 9}
+	if id := (&controller{}).identifyNamespace(n); id.NSATTR&nvmeof.NSATTRReadOnly != 0 {
+		t.Fatalf("writable disk reported write protected: NSATTR %#x", id.NSATTR)
+	}
+	m.SetReadOnly(true)
+	if id := (&controller{}).identifyNamespace(n); id.NSATTR&nvmeof.NSATTRReadOnly == 0 {
+		t.Fatalf("read-only disk not reported write protected: NSATTR %#x", id.NSATTR)
+	}
+	if st := ioStatus(m.WriteAt(make([]byte, 512), 0, 0), true); st != nvmeof.StatusNamespaceWriteProtected.WithDNR() {
+		t.Fatalf("write to a read-only disk: %v", st)
 	}
 }
