@@ -41,7 +41,9 @@ func TestCommandAndUsageErrors(t *testing.T) {
 	}
 	var out, errOut bytes.Buffer
 	app.Writer, app.ErrWriter = &out, &errOut
+	cliMu.Lock() // urfave/cli's global help and version flags (runCLI)
 	err := app.RunContext(context.Background(), []string{"rdisk", "target", "--bogus"})
+	cliMu.Unlock()
 	if err == nil || !strings.Contains(err.Error(), "-bogus") || !strings.Contains(err.Error(), "(rdisk target --help)") {
 		t.Errorf("mistyped flag: %v", err)
 	}

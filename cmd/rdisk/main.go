@@ -96,12 +96,23 @@ func newApp() *cli.App {
 	app := &cli.App{
 		Name:    "rdisk",
 		Version: version(),
-		Usage:   "block storage over RDMA and TCP: NVMe-oF, SRP and iSER/iSCSI targets and initiators",
+		// Our own --version flag: urfave/cli's is a package variable that
+		// every App writes while parsing (a data race between Apps).
+		HideVersion: true,
+		Action: func(c *cli.Context) error {
+			if c.Bool("version") {
+				fmt.Fprintf(c.App.Writer, "rdisk version %s\n", c.App.Version)
+				return nil
+			}
+			return cli.ShowAppHelp(c)
+		},
+		Usage: "block storage over RDMA and TCP: NVMe-oF, SRP and iSER/iSCSI targets and initiators",
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return fmt.Errorf("%w (rdisk --help)", err)
 		},
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+			&cli.BoolFlag{Name: "version", Aliases: []string{"v"}, Usage: "print the version"},
 		},
 		Commands: []*cli.Command{
 			targetCommand(),

@@ -70,7 +70,10 @@ func TestSharedLUAcrossTransports(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	app := &cli.App{Name: "rdisk", Writer: &bytes.Buffer{}, ErrWriter: &bytes.Buffer{}, Commands: []*cli.Command{cmd}}
-	if err := app.RunContext(ctx, []string{"rdisk", "target", "--iscsi-listen", addr, "--srp-listen", "127.0.0.1:0"}); err != nil {
+	cliMu.Lock() // urfave/cli's global help flag (runCLI)
+	err = app.RunContext(ctx, []string{"rdisk", "target", "--iscsi-listen", addr, "--srp-listen", "127.0.0.1:0"})
+	cliMu.Unlock()
+	if err != nil {
 		t.Fatal(err)
 	}
 	h, port, _ := net.SplitHostPort(addr)
