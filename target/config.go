@@ -33,7 +33,7 @@ type Config struct {
 // names (hosts/<nqn>/dhchap_key, dhchap_ctrl_key, dhchap_hash,
 // dhchap_dhgroup), flat or as nvmetcli's "dhchap" attribute group
 // ({"key", "ctrl_key", "hash", "dhgroup"}). Keys are in the DHHC-1 format
-// of nvme gen-dhchap-key.
+// of nvme gen-dhchap-key, or "@FILE" to read one from a file.
 type Host struct {
 	NQN     string    `json:"nqn"`
 	Key     string    `json:"dhchap_key,omitempty"`
@@ -51,6 +51,16 @@ type HostChap struct {
 	DHGroup string `json:"dhgroup,omitempty"`
 }
 
+// secretValue reads a DH-HMAC-CHAP secret: "DHHC-1:..." itself, or
+// "@FILE" to read it from FILE (so the configuration can be shared without
+// its secrets).
+func secretValue(v string) (auth.Secret, error) {
+	if path, ok := strings.CutPrefix(v, "@"); ok {
+		return auth.ReadSecretFile(path)
+	}
+	return auth.ParseSecret(v)
+}
+
 // hostAuth returns the host's DH-HMAC-CHAP settings, or nil without a key.
 func (h *Host) hostAuth() (*nvmet.HostAuth, error) {
 	key, ckey, hash, group := h.Key, h.CtrlKey, h.Hash, h.DHGroup
@@ -63,13 +73,13 @@ func (h *Host) hostAuth() (*nvmet.HostAuth, error) {
 		}
 		return nil, nil
 	}
-	s, err := auth.ParseSecret(key)
+	s, err := secretValue(key)
 	if err != nil {
 		return nil, fmt.Errorf("host %s: dhchap_key: %w", h.NQN, err)
 	}
 	a := &nvmet.HostAuth{Key: s}
 	if ckey != "" {
-		cs, err := auth.ParseSecret(ckey)
+		cs, err := secretValue(ckey)
 		if err != nil {
 			return nil, fmt.Errorf("host %s: dhchap_ctrl_key: %w", h.NQN, err)
 		}

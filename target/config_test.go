@@ -346,3 +346,19 @@ func TestReadOnlyNamespaceConfig(t *testing.T) {
 		t.Fatalf("read-only flags: %v %v", d[0].ReadOnly(), d[1].ReadOnly())
 	}
 }
+
+// TestHostSecretFromFile: a host's dhchap_key may be "@FILE".
+func TestHostSecretFromFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(path, []byte("DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Parse(strings.NewReader(`{"hosts":[{"nqn":"nqn.h","dhchap_key":"@` + path + `"}]}`)); err != nil {
+		t.Fatalf("secret from a file: %v", err)
+	}
+	_, err := Parse(strings.NewReader(`{"hosts":[{"nqn":"nqn.h","dhchap_key":"@` + path + `.missing"}]}`))
+	if err == nil || !strings.Contains(err.Error(), "hosts[0]") || !strings.Contains(err.Error(), "dhchap_key") {
+		t.Fatalf("missing secret file: %v", err)
+	}
+}
