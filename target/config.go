@@ -2,6 +2,7 @@ package target
 
 import (
 	"cmp"
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -15,9 +16,11 @@ import (
 
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/internal/units"
+	iscsitarget "github.com/rdisk/rdisk/iser/target"
 	"github.com/rdisk/rdisk/nvmeof/auth"
 	nvmet "github.com/rdisk/rdisk/nvmeof/target"
 	"github.com/rdisk/rdisk/rdma"
+	srptarget "github.com/rdisk/rdisk/srp/target"
 )
 
 // Config is nvmetcli's JSON (/etc/nvmet/config.json), with an rdisk
@@ -27,6 +30,10 @@ type Config struct {
 	Hosts      []Host      `json:"hosts"`
 	Ports      []Port      `json:"ports"`
 	Subsystems []Subsystem `json:"subsystems"`
+	// ISCSI and SRP export namespaces over the SCSI transports too (rdisk
+	// extensions, scsi.go).
+	ISCSI *ISCSIConfig `json:"rdisk_iscsi,omitempty"`
+	SRP   *SRPConfig   `json:"rdisk_srp,omitempty"`
 }
 
 // Host is a host entry. Its DH-HMAC-CHAP settings take nvmet's configfs
@@ -268,7 +275,21 @@ func (c *Config) validate(pos *positions) error {
 			}
 		}
 	}
-	return nil
+	return c.validateSCSI(pos, subs)
+}
+
+// readSecret returns a secret given in the configuration: itself, or the
+// trimmed contents of FILE for "@FILE".
+func readSecret(v string) (string, error) {
+	path, ok := strings.CutPrefix(v, "@")
+	if !ok {
+		return v, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading the secret: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // isLoopbackAddr tells whether a port's traddr is a loopback address.
@@ -284,7 +305,16 @@ func isLoopbackAddr(a string) bool {
 type Running struct {
 	T     *nvmet.Target
 	Ports []*nvmet.Port
-	disks []backstore.Disk
+	// ISCSI serves the rdisk_iscsi section (nil without one) on
+	// ISCSIPortals; SRP the rdisk_srp section's SRPPorts on SRPAddrs.
+	ISCSI        *iscsitarget.Target
+	ISCSIPortals []net.Addr
+	SRP          *srptarget.Target
+	SRPPorts     []*srptarget.Port
+	SRPAddrs     []net.Addr
+	ctx          context.Context
+	cancel       context.CancelFunc
+	disks        []backstore.Disk
 }
 
 // Disks returns the disks Start opened, in configuration order. They stay
@@ -293,6 +323,15 @@ func (r *Running) Disks() []backstore.Disk { return slices.Clone(r.disks) }
 
 // Close stops the target and closes the disks.
 func (r *Running) Close() error {
+	if r.cancel != nil {
+		r.cancel()
+	}
+	if r.ISCSI != nil {
+		r.ISCSI.Close()
+	}
+	if r.SRP != nil {
+		r.SRP.Close()
+	}
 	err := r.T.Close()
 	for _, d := range r.disks {
 		if cerr := d.Close(); cerr != nil && err == nil {
@@ -333,6 +372,7 @@ func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (
 		}
 	}
 	subs := map[string]*nvmet.Subsystem{}
+	byRef := map[LUNRef]backstore.Disk{}
 	for _, s := range c.Subsystems {
 		sc := nvmet.SubsystemConfig{NQN: s.NQN, AllowedHosts: s.AllowedHosts, Serial: s.Attr["serial"], Model: s.Attr["model"]}
 		sc.AllowAnyHost = s.Attr["allow_any_host"] == "1"
@@ -361,6 +401,7 @@ func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (
 				return nil, fmt.Errorf("subsystem %s namespace %d: %w", s.NQN, ns.NSID, err)
 			}
 			run.disks = append(run.disks, disk)
+			byRef[LUNRef{Subsystem: s.NQN, NSID: ns.NSID}] = disk
 			nc := nvmet.NamespaceConfig{NSID: ns.NSID, Disk: disk, Disabled: ns.Enable == 0}
 			if ns.Device.NGUID != "" {
 				b, err := hex.DecodeString(strings.ReplaceAll(ns.Device.NGUID, "-", ""))
@@ -433,6 +474,9 @@ func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (
 			}
 			port.LinkSubsystem(sub)
 		}
+	}
+	if err := run.startSCSI(c, p, log, hook, byRef); err != nil {
+		return nil, err
 	}
 	return run, nil
 }

@@ -117,6 +117,7 @@ func FuzzParseStart(f *testing.F) {
 	f.Add(strings.Replace(nvmetcliJSON, "FILE", "ram:1MiB", 1))
 	f.Add(`{"subsystems":[{"nqn":"nqn.a","attr":{"allow_any_host":"1"},"namespaces":[{"nsid":4294967295,"enable":1,"device":{"path":"ram:4k"}}]}]}`)
 	f.Add(`{"ports":[{"portid":1,"addr":{"trtype":"rdma","traddr":"127.0.0.1","trsvcid":"0"},"param":{"inline_data_size":"99999"},"subsystems":[]}]}`)
+	f.Add(scsiConfig)
 	p, _ := iwarp.New(iwarp.Config{})
 	f.Fuzz(func(t *testing.T, s string) {
 		c, err := Parse(strings.NewReader(s))
@@ -133,6 +134,20 @@ func FuzzParseStart(f *testing.F) {
 		}
 		for i := range c.Ports {
 			c.Ports[i].Addr.TrAddr, c.Ports[i].Addr.TrSvcID = "127.0.0.1", "0"
+		}
+		// Loopback listeners only, and no secrets read from files.
+		if ic := c.ISCSI; ic != nil {
+			ic.Portals = []string{"127.0.0.1:0"}
+			for i := range ic.Targets {
+				for _, ch := range []*CHAP{ic.Targets[i].CHAP, ic.Targets[i].MutualCHAP} {
+					if ch != nil && strings.HasPrefix(ch.Secret, "@") {
+						ch.Secret = "fuzz-secret-1234"
+					}
+				}
+			}
+		}
+		if c.SRP != nil {
+			c.SRP.Listen = []string{"127.0.0.1:0"}
 		}
 		if run, err := Start(c, p, slog.New(slog.DiscardHandler), nil); err == nil {
 			run.Close()

@@ -27,13 +27,13 @@ import (
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/internal/units"
-	iscsitarget "github.com/rdisk/rdisk/iser/target"
 	"github.com/rdisk/rdisk/rdma"
 	"github.com/rdisk/rdisk/rdma/iwarp"
 	"github.com/rdisk/rdisk/scsi"
 	"github.com/rdisk/rdisk/srp"
 	srpinitiator "github.com/rdisk/rdisk/srp/initiator"
 	srptarget "github.com/rdisk/rdisk/srp/target"
+	"github.com/rdisk/rdisk/target"
 	"github.com/urfave/cli/v2"
 )
 
@@ -242,14 +242,7 @@ func startSRPTarget(c *cli.Context, p rdma.Provider, lu *scsi.LU, log *slog.Logg
 // transports' defaults; it is named after the iSCSI LUN (iqn/0), so its
 // serial number and NAA identifier are what iSCSI initiators saw before.
 func scsiLU(c *cli.Context, disk backstore.Disk) (*scsi.LU, error) {
-	maxXfer := min(iscsitarget.DefaultMaxTransfer, srptarget.DefaultMaxTransfer)
-	lu, err := scsi.NewLU(disk, scsi.LUConfig{Name: c.String("iqn") + "/0", MaxTransferBlocks: uint32(maxXfer / disk.BlockSize()),
-		// As LIO: libiscsi and Linux split long WRITE SAMEs.
-		MaxWriteSameBlocks: 0xffff})
-	if err != nil {
-		return nil, fmt.Errorf("SCSI logical unit: %w", err)
-	}
-	return lu, nil
+	return target.NewSCSILU(disk, c.String("iqn")+"/0")
 }
 
 func isLoopback(host string) bool {

@@ -122,6 +122,7 @@ func runTarget(c *cli.Context) error {
 	for _, port := range run.Ports {
 		printPort(port, port.Subsystems())
 	}
+	printSCSIConfig(cfg, run)
 	var lu *scsi.LU
 	if c.String("config") == "" && len(run.Disks()) > 0 && (c.String("iscsi-listen") != "" || c.String("srp-listen") != "") {
 		if lu, err = scsiLU(c, run.Disks()[0]); err != nil {
@@ -150,6 +151,9 @@ func runTarget(c *cli.Context) error {
 	}
 	<-c.Context.Done()
 	fmt.Println("rdisk target: stopping")
+	if st == nil {
+		st = run.SRP
+	}
 	if st != nil {
 		// Which descriptor formats the initiators used (the interop
 		// harness checks them).
@@ -213,6 +217,28 @@ func withPort(addr, port string) string {
 		return addr
 	}
 	return net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(addr, "["), "]"), port)
+}
+
+// printSCSIConfig prints the iSCSI targets and SRP ports of a --config.
+func printSCSIConfig(cfg *target.Config, run *target.Running) {
+	if run.ISCSI != nil {
+		for _, a := range run.ISCSIPortals {
+			for _, t := range cfg.ISCSI.Targets {
+				fmt.Printf("rdisk target: serving %s on %s (iSCSI/TCP and iSER, software iWARP)\n", t.IQN, a)
+				for _, l := range t.LUNs {
+					fmt.Printf("  LUN %d = %s namespace %d: iscsi://%s/%s/%d  iser://%s/%s/%d\n", l.LUN, l.Subsystem, l.NSID, a, t.IQN, l.LUN, a, t.IQN, l.LUN)
+				}
+			}
+		}
+	}
+	for _, a := range run.SRPAddrs {
+		for i, p := range run.SRPPorts {
+			fmt.Printf("rdisk target: serving SRP target port on %s (SRP over RDMA/CM, software iWARP)\n  %s\n", a, p.URL(a.String()))
+			for _, l := range cfg.SRP.Ports[i].LUNs {
+				fmt.Printf("  LUN %d = %s namespace %d\n", l.LUN, l.Subsystem, l.NSID)
+			}
+		}
+	}
 }
 
 // printDisks prints each namespace's disk: its size and what backs it.

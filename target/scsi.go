@@ -1,0 +1,299 @@
+package target
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"github.com/rdisk/rdisk/backstore"
+	"github.com/rdisk/rdisk/iser"
+	iscsitarget "github.com/rdisk/rdisk/iser/target"
+	"github.com/rdisk/rdisk/rdma"
+	"github.com/rdisk/rdisk/scsi"
+	"github.com/rdisk/rdisk/srp"
+	srptarget "github.com/rdisk/rdisk/srp/target"
+)
+
+// The SCSI transports of a configuration (rdisk extensions beside
+// nvmetcli's keys): iSCSI targets on portals (iSCSI/TCP and iSER on one
+// port) and SRP target ports, whose LUNs name namespaces of the NVMe-oF
+// subsystems. A disk exported both ways is one scsi.LU, shared by every
+// SCSI transport (reservations, COMPARE AND WRITE's range lock, mode pages
+// and unit attentions are the LU's), as LIO shares one se_device.
+
+// ISCSIConfig is the "rdisk_iscsi" section.
+type ISCSIConfig struct {
+	// Portals are the addresses to listen on (host:port).
+	Portals []string      `json:"portals"`
+	Targets []ISCSITarget `json:"targets"`
+}
+
+// ISCSITarget is one iSCSI target node.
+type ISCSITarget struct {
+	IQN  string   `json:"iqn"`
+	LUNs []LUNRef `json:"luns"`
+	// AllowedInitiators are initiator names allowed to log in; empty
+	// allows any (refused on a non-loopback portal without CHAP).
+	AllowedInitiators []string `json:"allowed_initiators,omitempty"`
+	CHAP              *CHAP    `json:"chap,omitempty"`
+	MutualCHAP        *CHAP    `json:"mutual_chap,omitempty"`
+}
+
+// CHAP is a CHAP identity. Secret may be "@FILE".
+type CHAP struct {
+	User   string `json:"user"`
+	Secret string `json:"secret"`
+}
+
+// LUNRef exports namespace NSID of subsystem Subsystem as LUN.
+type LUNRef struct {
+	LUN       uint64 `json:"lun"`
+	Subsystem string `json:"subsystem"`
+	NSID      uint32 `json:"nsid"`
+}
+
+// SRPConfig is the "rdisk_srp" section.
+type SRPConfig struct {
+	// Listen are the RDMA/CM addresses (host:port).
+	Listen []string  `json:"listen"`
+	Ports  []SRPPort `json:"ports"`
+}
+
+// SRPPort is one SRP target port.
+type SRPPort struct {
+	IDExt   string   `json:"id_ext"`
+	IOCGUID string   `json:"ioc_guid"`
+	LUNs    []LUNRef `json:"luns"`
+	// AllowedInitiators is the ACL (port IDs, GUIDs or addresses).
+	AllowedInitiators []string `json:"allowed_initiators,omitempty"`
+	AllowAnyInitiator bool     `json:"allow_any_initiator,omitempty"`
+}
+
+// NewSCSILU makes the logical unit of a disk that every SCSI transport
+// exports, with limits that suit the iSCSI and SRP targets' defaults.
+// name feeds the LU's serial number and NAA identifier.
+func NewSCSILU(disk backstore.Disk, name string) (*scsi.LU, error) {
+	maxXfer := min(iscsitarget.DefaultMaxTransfer, srptarget.DefaultMaxTransfer)
+	lu, err := scsi.NewLU(disk, scsi.LUConfig{Name: name, MaxTransferBlocks: uint32(maxXfer / disk.BlockSize()),
+		// As LIO: libiscsi and Linux split long WRITE SAMEs.
+		MaxWriteSameBlocks: 0xffff})
+	if err != nil {
+		return nil, fmt.Errorf("SCSI logical unit %s: %w", name, err)
+	}
+	return lu, nil
+}
+
+// validateSCSI checks the SCSI sections against the subsystems.
+func (c *Config) validateSCSI(pos *positions, subs map[string]*Subsystem) error {
+	ref := func(p string, r LUNRef) error {
+		s := subs[r.Subsystem]
+		if s == nil {
+			return pos.errAt(p+".subsystem", "subsystem %s is not defined", r.Subsystem)
+		}
+		for _, ns := range s.Namespaces {
+			if ns.NSID == r.NSID {
+				return nil
+			}
+		}
+		return pos.errAt(p+".nsid", "subsystem %s has no namespace %d", r.Subsystem, r.NSID)
+	}
+	luns := func(p string, refs []LUNRef) error {
+		seen := map[uint64]bool{}
+		for j, r := range refs {
+			lp := fmt.Sprintf("%s.luns[%d]", p, j)
+			switch {
+			case r.LUN > scsi.MaxLUN:
+				return pos.errAt(lp+".lun", "LUN %d: at most %d", r.LUN, scsi.MaxLUN)
+			case seen[r.LUN]:
+				return pos.errAt(lp+".lun", "LUN %d is used twice", r.LUN)
+			}
+			seen[r.LUN] = true
+			if err := ref(lp, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if ic := c.ISCSI; ic != nil {
+		if len(ic.Portals) == 0 {
+			return pos.errAt("rdisk_iscsi.portals", "no portal to listen on")
+		}
+		open := false
+		for i, a := range ic.Portals {
+			h, _, err := net.SplitHostPort(a)
+			if err != nil {
+				return pos.errAt(fmt.Sprintf("rdisk_iscsi.portals[%d]", i), "%q: want host:port", a)
+			}
+			open = open || !isLoopbackAddr(h)
+		}
+		names := map[string]bool{}
+		for i, t := range ic.Targets {
+			p := fmt.Sprintf("rdisk_iscsi.targets[%d]", i)
+			switch {
+			case t.IQN == "":
+				return pos.errAt(p, "a target needs an iqn")
+			case names[t.IQN]:
+				return pos.errAt(p+".iqn", "target %s is defined twice", t.IQN)
+			case open && len(t.AllowedInitiators) == 0 && t.CHAP == nil:
+				return pos.errAt(p, "target %s on a non-loopback portal lets any initiator in: list allowed_initiators or set chap", t.IQN)
+			case t.MutualCHAP != nil && t.CHAP == nil:
+				return pos.errAt(p+".mutual_chap", "mutual_chap needs chap")
+			}
+			names[t.IQN] = true
+			for _, ch := range []*CHAP{t.CHAP, t.MutualCHAP} {
+				if ch != nil && (ch.User == "" || ch.Secret == "") {
+					return pos.errAt(p, "a CHAP identity needs a user and a secret")
+				}
+			}
+			if err := luns(p, t.LUNs); err != nil {
+				return err
+			}
+		}
+	}
+	if sc := c.SRP; sc != nil {
+		if len(sc.Listen) == 0 {
+			return pos.errAt("rdisk_srp.listen", "no address to listen on")
+		}
+		open := false
+		for i, a := range sc.Listen {
+			h, _, err := net.SplitHostPort(a)
+			if err != nil {
+				return pos.errAt(fmt.Sprintf("rdisk_srp.listen[%d]", i), "%q: want host:port", a)
+			}
+			open = open || !isLoopbackAddr(h)
+		}
+		ids := map[srp.PortID]bool{}
+		for i, pt := range sc.Ports {
+			p := fmt.Sprintf("rdisk_srp.ports[%d]", i)
+			ext, err := srp.ParseGUID(pt.IDExt)
+			if err != nil {
+				return pos.errAt(p+".id_ext", "%v", err)
+			}
+			ioc, err := srp.ParseGUID(pt.IOCGUID)
+			if err != nil {
+				return pos.errAt(p+".ioc_guid", "%v", err)
+			}
+			id := srp.MakePortID(ext, ioc)
+			if ids[id] {
+				return pos.errAt(p, "target port %s is defined twice", id)
+			}
+			ids[id] = true
+			if open && len(pt.AllowedInitiators) == 0 && !pt.AllowAnyInitiator {
+				return pos.errAt(p, "target port %s on a non-loopback address lets no initiator in: list allowed_initiators or set allow_any_initiator", id)
+			}
+			if err := luns(p, pt.LUNs); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// startSCSI starts the configuration's iSCSI targets and SRP target ports
+// on the disks Start opened (by subsystem and NSID).
+func (r *Running) startSCSI(c *Config, p rdma.Provider, log *slog.Logger, hook func(int), disks map[LUNRef]backstore.Disk) error {
+	lus := map[LUNRef]*scsi.LU{}
+	lu := func(ref LUNRef) (*scsi.LU, error) {
+		k := LUNRef{Subsystem: ref.Subsystem, NSID: ref.NSID}
+		if l := lus[k]; l != nil {
+			return l, nil
+		}
+		l, err := NewSCSILU(disks[k], fmt.Sprintf("%s/%d", ref.Subsystem, ref.NSID))
+		if err != nil {
+			return nil, err
+		}
+		lus[k] = l
+		return l, nil
+	}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	if ic := c.ISCSI; ic != nil && len(ic.Targets) > 0 {
+		cfg := iscsitarget.Config{Logger: log, ConnHook: hook}
+		if sp, ok := p.(rdma.StreamProvider); ok {
+			cfg.Provider = sp
+		}
+		for _, t := range ic.Targets {
+			tc := iscsitarget.TargetConfig{Name: t.IQN, AllowedInitiators: t.AllowedInitiators}
+			for _, ref := range t.LUNs {
+				l, err := lu(ref)
+				if err != nil {
+					return err
+				}
+				tc.LUNs = append(tc.LUNs, iscsitarget.LUNConfig{LUN: ref.LUN, Unit: l})
+			}
+			var err error
+			if tc.CHAP, err = chapOf(t.CHAP); err != nil {
+				return fmt.Errorf("iscsi target %s: chap: %w", t.IQN, err)
+			}
+			if tc.MutualCHAP, err = chapOf(t.MutualCHAP); err != nil {
+				return fmt.Errorf("iscsi target %s: mutual_chap: %w", t.IQN, err)
+			}
+			cfg.Targets = append(cfg.Targets, tc)
+		}
+		it, err := iscsitarget.New(cfg)
+		if err != nil {
+			return err
+		}
+		r.ISCSI = it
+		for _, a := range ic.Portals {
+			ln, err := net.Listen("tcp", a)
+			if err != nil {
+				return fmt.Errorf("iscsi portal %s: %w", a, err)
+			}
+			r.ISCSIPortals = append(r.ISCSIPortals, ln.Addr())
+			go func() {
+				if err := it.Serve(r.ctx, ln); err != nil {
+					log.Error("iscsi portal", "addr", ln.Addr(), "err", err)
+				}
+			}()
+		}
+	}
+	if sc := c.SRP; sc != nil && len(sc.Ports) > 0 {
+		if p == nil {
+			return fmt.Errorf("rdisk_srp needs an RDMA provider")
+		}
+		st, err := srptarget.New(srptarget.Config{Logger: log, ConnHook: hook})
+		if err != nil {
+			return err
+		}
+		r.SRP = st
+		for _, pt := range sc.Ports {
+			ext, _ := srp.ParseGUID(pt.IDExt) // validated
+			ioc, _ := srp.ParseGUID(pt.IOCGUID)
+			port, err := st.AddPort(srptarget.PortConfig{IDExt: ext, IOCGUID: ioc, AllowedInitiators: pt.AllowedInitiators, AllowAnyInitiator: pt.AllowAnyInitiator})
+			if err != nil {
+				return err
+			}
+			for _, ref := range pt.LUNs {
+				l, err := lu(ref)
+				if err != nil {
+					return err
+				}
+				if err := port.Map(ref.LUN, l); err != nil {
+					return fmt.Errorf("srp port %s LUN %d: %w", pt.IDExt, ref.LUN, err)
+				}
+			}
+			r.SRPPorts = append(r.SRPPorts, port)
+		}
+		for _, a := range sc.Listen {
+			la, err := st.Listen(r.ctx, p, a)
+			if err != nil {
+				return err
+			}
+			r.SRPAddrs = append(r.SRPAddrs, la)
+		}
+	}
+	return nil
+}
+
+// chapOf reads a CHAP identity (the secret may be "@FILE").
+func chapOf(c *CHAP) (*iser.CHAPSecret, error) {
+	if c == nil {
+		return nil, nil
+	}
+	s, err := readSecret(c.Secret)
+	if err != nil {
+		return nil, err
+	}
+	return &iser.CHAPSecret{User: c.User, Secret: s}, nil
+}
