@@ -36,8 +36,11 @@ type ISCSITarget struct {
 	// AllowedInitiators are initiator names allowed to log in; empty
 	// allows any (refused on a non-loopback portal without CHAP).
 	AllowedInitiators []string `json:"allowed_initiators,omitempty"`
-	CHAP              *CHAP    `json:"chap,omitempty"`
-	MutualCHAP        *CHAP    `json:"mutual_chap,omitempty"`
+	// AllowAnyInitiator lets any initiator in on a non-loopback portal
+	// without an ACL or CHAP (rdisk target --allow-any-host).
+	AllowAnyInitiator bool  `json:"allow_any_initiator,omitempty"`
+	CHAP              *CHAP `json:"chap,omitempty"`
+	MutualCHAP        *CHAP `json:"mutual_chap,omitempty"`
 }
 
 // CHAP is a CHAP identity. Secret may be "@FILE".
@@ -135,8 +138,8 @@ func (c *Config) validateSCSI(pos *positions, subs map[string]*Subsystem) error 
 				return pos.errAt(p, "a target needs an iqn")
 			case names[t.IQN]:
 				return pos.errAt(p+".iqn", "target %s is defined twice", t.IQN)
-			case open && len(t.AllowedInitiators) == 0 && t.CHAP == nil:
-				return pos.errAt(p, "target %s on a non-loopback portal lets any initiator in: list allowed_initiators or set chap", t.IQN)
+			case open && len(t.AllowedInitiators) == 0 && t.CHAP == nil && !t.AllowAnyInitiator:
+				return pos.errAt(p, "target %s on a non-loopback portal lets any initiator in: list allowed_initiators, set chap, or set allow_any_initiator", t.IQN)
 			case t.MutualCHAP != nil && t.CHAP == nil:
 				return pos.errAt(p+".mutual_chap", "mutual_chap needs chap")
 			}

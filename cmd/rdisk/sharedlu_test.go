@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/iser"
 	iserinit "github.com/rdisk/rdisk/iser/initiator"
 	"github.com/rdisk/rdisk/rdma/iwarp"
@@ -31,29 +30,21 @@ func TestSharedLUAcrossTransports(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	disk, err := backstore.NewMem(4<<20, 512)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := targetCommand()
 	var iscsiR, srpR host.Runner
-	cmd.Action = func(c *cli.Context) error {
-		lu, err := scsiLU(c, disk)
+	var iscsiAddr string
+	var out bytes.Buffer
+	// What rdisk target starts from its flags: a 4 MiB RAM disk exported
+	// over iSCSI and SRP (the NVMe-oF port on loopback).
+	srpTestApp(t, &out, []string{"--listen", "127.0.0.1:0", "--discovery-listen", "", "--size", "4MiB",
+		"--iscsi-listen", "127.0.0.1:0", "--srp-listen", "127.0.0.1:0"}, func(c *cli.Context) error {
+		run, su, err := startSRPFromFlags(t, c, p)
 		if err != nil {
 			return err
 		}
-		it, err := startISCSI(c, c.String("iscsi-listen"), lu, p, nil, nil)
-		if err != nil {
-			return err
-		}
-		t.Cleanup(func() { it.Close() })
-		st, su, err := startSRPTarget(c, p, lu, nil, nil)
-		if err != nil {
-			return err
-		}
-		t.Cleanup(func() { st.Close() })
+		t.Cleanup(func() { run.Close() })
+		iscsiAddr = run.ISCSIPortals[0].String()
 		sd, err := srpinit.Open(ctx, p, su, srpinit.Config{})
 		if err != nil {
 			return err
@@ -61,22 +52,8 @@ func TestSharedLUAcrossTransports(t *testing.T) {
 		t.Cleanup(func() { sd.Close() })
 		srpR = sd.Session()
 		return nil
-	}
-	// startISCSI prints the portal's address; find it by listening first.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	app := &cli.App{Name: "rdisk", Writer: &bytes.Buffer{}, ErrWriter: &bytes.Buffer{}, Commands: []*cli.Command{cmd}}
-	cliMu.Lock() // urfave/cli's global help flag (runCLI)
-	err = app.RunContext(ctx, []string{"rdisk", "target", "--iscsi-listen", addr, "--srp-listen", "127.0.0.1:0"})
-	cliMu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, port, _ := net.SplitHostPort(addr)
+	})
+	h, port, _ := net.SplitHostPort(iscsiAddr)
 	n, _ := strconv.Atoi(port)
 	idev, err := iserinit.Open(ctx, iserinit.URL{Transport: iser.TransportTCP, Host: h, Port: n, Target: defaultIQN},
 		iserinit.Config{InitiatorName: "iqn.2026-11.io.rdisk:shared-lu-test"})

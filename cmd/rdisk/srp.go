@@ -13,7 +13,7 @@ package main
 // Hooks for the other commands:
 //   - discover.go:  if strings.HasPrefix(url, "srp://") { return discoverSRP(c, url) }
 //   - bench.go (openDevice): case "srp": d, err := openSRPDevice(c.Context, rawURL, srpOptions{Queues: queues, Depth: depth, Logger: log})
-//   - target.go: append srpTargetFlags() to the flags and call startSRPTarget (see its comment).
+//   - target.go: append srpTargetFlags() to the flags; scsiFromFlags turns them into the config's rdisk_srp section.
 
 import (
 	"context"
@@ -24,16 +24,11 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/internal/units"
-	"github.com/rdisk/rdisk/rdma"
 	"github.com/rdisk/rdisk/rdma/iwarp"
-	"github.com/rdisk/rdisk/scsi"
 	"github.com/rdisk/rdisk/srp"
 	srpinitiator "github.com/rdisk/rdisk/srp/initiator"
-	srptarget "github.com/rdisk/rdisk/srp/target"
-	"github.com/rdisk/rdisk/target"
 	"github.com/urfave/cli/v2"
 )
 
@@ -176,73 +171,6 @@ func srpTargetFlags() []cli.Flag {
 		&cli.StringFlag{Name: "srp-ioc-guid", Value: srp.FormatGUID(srp.DefaultIOCGUID), Usage: "SRP target port ioc_guid (hex)"},
 		&cli.StringSliceFlag{Name: "srp-allow", Usage: "SRP initiator allowed to log in: port ID (0x + 32 hex), port GUID or IP address (repeatable)"},
 	}
-}
-
-// startSRPTarget exports disk as LUN 0 of an SRP target port on the
-// --srp-listen address (flags from srpTargetFlags), over provider p, and
-// returns the target (Close it to log every initiator out) and the port's
-// URL. It returns a nil target when --srp-listen is empty. Initiators are
-// allowed as --srp-allow says; with none, any initiator may log in on a
-// loopback address or with --allow-any-host, and none otherwise.
-//
-// `rdisk target` calls it after target.Start, with the logical unit the
-// iSCSI portal exports too (scsiLU: one LU per disk):
-//
-//	st, su, err := startSRPTarget(c, p, lu, log, hook)
-//	if err != nil { return err }
-//	if st != nil { defer st.Close(); fmt.Printf("rdisk target: serving LUN 0 over SRP on %s\n  %s\n", su.Addr(), su) }
-func startSRPTarget(c *cli.Context, p rdma.Provider, lu *scsi.LU, log *slog.Logger, hook func(int)) (*srptarget.Target, srp.URL, error) {
-	addr := withPort(c.String("srp-listen"), "5555")
-	if addr == "" {
-		return nil, srp.URL{}, nil
-	}
-	idExt, err := srp.ParseGUID(c.String("srp-id-ext"))
-	if err != nil {
-		return nil, srp.URL{}, fmt.Errorf("--srp-id-ext: %w", err)
-	}
-	ioc, err := srp.ParseGUID(c.String("srp-ioc-guid"))
-	if err != nil {
-		return nil, srp.URL{}, fmt.Errorf("--srp-ioc-guid: %w", err)
-	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, srp.URL{}, fmt.Errorf("--srp-listen %q: want host:port", addr)
-	}
-	allow := c.StringSlice("srp-allow")
-	anyInit := len(allow) == 0 && (c.Bool("allow-any-host") || isLoopback(host))
-	if len(allow) == 0 && !anyInit {
-		return nil, srp.URL{}, fmt.Errorf("--srp-listen %s is not a loopback address: name the initiators allowed with --srp-allow, or pass --allow-any-host", addr)
-	}
-	t, err := srptarget.New(srptarget.Config{Logger: log, ConnHook: hook})
-	if err != nil {
-		return nil, srp.URL{}, err
-	}
-	fail := func(err error) (*srptarget.Target, srp.URL, error) {
-		t.Close()
-		return nil, srp.URL{}, err
-	}
-	port, err := t.AddPort(srptarget.PortConfig{IDExt: idExt, IOCGUID: ioc, AllowedInitiators: allow, AllowAnyInitiator: anyInit})
-	if err != nil {
-		return fail(err)
-	}
-	if err := port.Map(0, lu); err != nil {
-		return fail(err)
-	}
-	la, err := t.Listen(c.Context, p, addr)
-	if err != nil {
-		return fail(err)
-	}
-	return t, port.URL(la.String()), nil
-}
-
-// scsiLU makes the one SCSI logical unit of disk that the iSCSI portal and
-// the SRP target export (reservations, COMPARE AND WRITE's range lock, mode
-// pages and unit attentions are the LU's, so both transports see the same
-// ones, as LIO's fabrics share one se_device). Its limits suit both
-// transports' defaults; it is named after the iSCSI LUN (iqn/0), so its
-// serial number and NAA identifier are what iSCSI initiators saw before.
-func scsiLU(c *cli.Context, disk backstore.Disk) (*scsi.LU, error) {
-	return target.NewSCSILU(disk, c.String("iqn")+"/0")
 }
 
 func isLoopback(host string) bool {

@@ -7,15 +7,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/rdma/iwarp"
-	"github.com/rdisk/rdisk/scsi"
+	"github.com/rdisk/rdisk/srp"
+	"github.com/rdisk/rdisk/target"
 	"github.com/urfave/cli/v2"
 )
 
-// srpTestApp runs fn inside a cli app that has the target's SRP flags and
-// --json, as `rdisk target` and `rdisk discover` will.
+// srpTestApp runs fn inside a cli app that has the target's flags (the
+// SRP ones among them) and --json, as `rdisk target` and `rdisk discover`
+// have them.
 func srpTestApp(t *testing.T, out *bytes.Buffer, args []string, fn func(c *cli.Context) error) {
 	t.Helper()
 	app := &cli.App{
@@ -24,13 +25,29 @@ func srpTestApp(t *testing.T, out *bytes.Buffer, args []string, fn func(c *cli.C
 		Flags:  []cli.Flag{&cli.StringFlag{Name: "log-level", Value: "error"}},
 		Commands: []*cli.Command{{
 			Name:   "t",
-			Flags:  append(srpTargetFlags(), &cli.BoolFlag{Name: "json"}, &cli.BoolFlag{Name: "allow-any-host"}),
+			Flags:  append(targetCommand().Flags, &cli.BoolFlag{Name: "json"}),
 			Action: fn,
 		}},
 	}
+	cliMu.Lock() // urfave/cli's global help flag (runCLI)
+	defer cliMu.Unlock()
 	if err := app.RunContext(context.Background(), append([]string{"rdisk", "t"}, args...)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startSRPFromFlags starts what rdisk target starts from its flags (with
+// the NVMe-oF port and iSCSI portal off) and returns the SRP port's URL.
+func startSRPFromFlags(t *testing.T, c *cli.Context, p *iwarp.Provider) (*target.Running, srp.URL, error) {
+	cfg, err := targetConfig(c)
+	if err != nil {
+		return nil, srp.URL{}, err
+	}
+	run, err := target.Start(cfg, p, nil, nil)
+	if err != nil {
+		return nil, srp.URL{}, err
+	}
+	return run, run.SRPPorts[0].URL(run.SRPAddrs[0].String()), nil
 }
 
 func TestSRPHooks(t *testing.T) {
@@ -39,21 +56,14 @@ func TestSRPHooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	disk, err := backstore.NewMem(8<<20, 512)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out bytes.Buffer
-	srpTestApp(t, &out, []string{"--srp-listen", "127.0.0.1:0"}, func(c *cli.Context) error {
-		lu, err := scsi.NewLU(disk, scsi.LUConfig{Name: "srp-test"})
+	off := []string{"--listen", "127.0.0.1:0", "--discovery-listen", "", "--iscsi-listen", ""}
+	srpTestApp(t, &out, append(off, "--srp-listen", "127.0.0.1:0", "--size", "8MiB"), func(c *cli.Context) error {
+		run, u, err := startSRPFromFlags(t, c, p)
 		if err != nil {
 			return err
 		}
-		st, u, err := startSRPTarget(c, p, lu, nil, nil)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
+		defer run.Close()
 		// bench's hook: a blockdev.Device.
 		d, err := openSRPDevice(c.Context, u.String(), srpOptions{Queues: 2, Depth: 8})
 		if err != nil {
@@ -80,12 +90,8 @@ func TestSRPHooks(t *testing.T) {
 		return nil
 	})
 	// --srp-listen on a non-loopback address needs an ACL or --allow-any-host.
-	srpTestApp(t, &out, []string{"--srp-listen", "10.255.255.1:5555"}, func(c *cli.Context) error {
-		lu, err := scsi.NewLU(disk, scsi.LUConfig{Name: "srp-test"})
-		if err != nil {
-			return err
-		}
-		if _, _, err := startSRPTarget(c, p, lu, nil, nil); err == nil || !strings.Contains(err.Error(), "--srp-allow") {
+	srpTestApp(t, &out, append(off, "--srp-listen", "10.255.255.1:5555"), func(c *cli.Context) error {
+		if _, err := targetConfig(c); err == nil || !strings.Contains(err.Error(), "--srp-allow") {
 			t.Errorf("non-loopback without ACL: %v", err)
 		}
 		return nil
@@ -95,18 +101,14 @@ func TestSRPHooks(t *testing.T) {
 func TestSRPDiscoverJSON(t *testing.T) {
 	p, _ := iwarp.New(iwarp.Config{})
 	defer p.Close()
-	disk, _ := backstore.NewMem(4<<20, 4096)
 	var out bytes.Buffer
-	srpTestApp(t, &out, []string{"--srp-listen", "127.0.0.1:0", "--json"}, func(c *cli.Context) error {
-		lu, err := scsi.NewLU(disk, scsi.LUConfig{Name: "srp-test"})
+	srpTestApp(t, &out, []string{"--listen", "127.0.0.1:0", "--discovery-listen", "", "--iscsi-listen", "", "--srp-listen", "127.0.0.1:0",
+		"--size", "4MiB", "--block-size", "4096", "--json"}, func(c *cli.Context) error {
+		run, u, err := startSRPFromFlags(t, c, p)
 		if err != nil {
 			return err
 		}
-		st, u, err := startSRPTarget(c, p, lu, nil, nil)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
+		defer run.Close()
 		out.Reset()
 		return discoverSRP(c, u.String())
 	})

@@ -4,7 +4,6 @@ import (
 	crand "crypto/rand"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -12,14 +11,11 @@ import (
 	"strings"
 
 	"github.com/rdisk/rdisk/backstore"
-	iscsitarget "github.com/rdisk/rdisk/iser/target"
 
 	"github.com/rdisk/rdisk/internal/units"
 	nvmet "github.com/rdisk/rdisk/nvmeof/target"
 	"github.com/rdisk/rdisk/rdma/iwarp"
-	"github.com/rdisk/rdisk/scsi"
 	"github.com/rdisk/rdisk/srp"
-	srptarget "github.com/rdisk/rdisk/srp/target"
 	"github.com/rdisk/rdisk/target"
 	"github.com/urfave/cli/v2"
 )
@@ -123,38 +119,9 @@ func runTarget(c *cli.Context) error {
 		printPort(port, port.Subsystems())
 	}
 	printSCSIConfig(cfg, run)
-	var lu *scsi.LU
-	if c.String("config") == "" && len(run.Disks()) > 0 && (c.String("iscsi-listen") != "" || c.String("srp-listen") != "") {
-		if lu, err = scsiLU(c, run.Disks()[0]); err != nil {
-			return err
-		}
-	}
-	if addr := withPort(c.String("iscsi-listen"), "3260"); addr != "" && c.String("config") == "" {
-		it, err := startISCSI(c, addr, lu, p, log, hook)
-		if err != nil {
-			return err
-		}
-		defer it.Close()
-	}
-	var st *srptarget.Target
-	if c.String("config") == "" && len(run.Disks()) > 0 {
-		var su srp.URL
-		st, su, err = startSRPTarget(c, p, lu, log, hook)
-		if err != nil {
-			return err
-		}
-		if st != nil {
-			defer st.Close()
-			fmt.Printf("rdisk target: serving the same disk as LUN 0 on %s (SRP over RDMA/CM, software iWARP)\n  %s\n", su.Addr(), su)
-			fmt.Printf("  Linux: echo %s > /sys/class/infiniband_srp/srp-<dev>-1/add_target\n", su.AddTarget())
-		}
-	}
 	<-c.Context.Done()
 	fmt.Println("rdisk target: stopping")
-	if st == nil {
-		st = run.SRP
-	}
-	if st != nil {
+	if st := run.SRP; st != nil {
 		// Which descriptor formats the initiators used (the interop
 		// harness checks them).
 		fmt.Printf("rdisk target: SRP stats %+v\n", st.Stats())
@@ -219,7 +186,47 @@ func withPort(addr, port string) string {
 	return net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(addr, "["), "]"), port)
 }
 
-// printSCSIConfig prints the iSCSI targets and SRP ports of a --config.
+// scsiFromFlags adds the quick flags' iSCSI portal and SRP target port to
+// cfg, each exporting namespace 1 of nqn as LUN 0: the same model --config
+// gives, so both run one code (target.Start). An open (non-loopback)
+// address needs an ACL or --allow-any-host.
+func scsiFromFlags(c *cli.Context, cfg *target.Config, nqn string) error {
+	lun := []target.LUNRef{{LUN: 0, Subsystem: nqn, NSID: 1}}
+	if addr := withPort(c.String("iscsi-listen"), "3260"); addr != "" {
+		h, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return fmt.Errorf("--iscsi-listen %q: want HOST or HOST:PORT", c.String("iscsi-listen"))
+		}
+		allowed := c.StringSlice("allow-initiator")
+		if len(allowed) == 0 && !c.Bool("allow-any-host") && !isLoopback(h) {
+			return fmt.Errorf("--iscsi-listen %s is not a loopback address: name the initiators allowed with --allow-initiator IQN, or pass --allow-any-host", addr)
+		}
+		cfg.ISCSI = &target.ISCSIConfig{Portals: []string{addr}, Targets: []target.ISCSITarget{{
+			IQN: c.String("iqn"), LUNs: lun, AllowedInitiators: allowed, AllowAnyInitiator: len(allowed) == 0}}}
+	}
+	if addr := withPort(c.String("srp-listen"), "5555"); addr != "" {
+		if _, err := srp.ParseGUID(c.String("srp-id-ext")); err != nil {
+			return fmt.Errorf("--srp-id-ext: %w", err)
+		}
+		if _, err := srp.ParseGUID(c.String("srp-ioc-guid")); err != nil {
+			return fmt.Errorf("--srp-ioc-guid: %w", err)
+		}
+		h, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return fmt.Errorf("--srp-listen %q: want HOST or HOST:PORT", c.String("srp-listen"))
+		}
+		allow := c.StringSlice("srp-allow")
+		anyInit := len(allow) == 0 && (c.Bool("allow-any-host") || isLoopback(h))
+		if len(allow) == 0 && !anyInit {
+			return fmt.Errorf("--srp-listen %s is not a loopback address: name the initiators allowed with --srp-allow, or pass --allow-any-host", addr)
+		}
+		cfg.SRP = &target.SRPConfig{Listen: []string{addr}, Ports: []target.SRPPort{{
+			IDExt: c.String("srp-id-ext"), IOCGUID: c.String("srp-ioc-guid"), LUNs: lun, AllowedInitiators: allow, AllowAnyInitiator: anyInit}}}
+	}
+	return nil
+}
+
+// printSCSIConfig prints the iSCSI targets and SRP ports of the config.
 func printSCSIConfig(cfg *target.Config, run *target.Running) {
 	if run.ISCSI != nil {
 		for _, a := range run.ISCSIPortals {
@@ -228,15 +235,18 @@ func printSCSIConfig(cfg *target.Config, run *target.Running) {
 				for _, l := range t.LUNs {
 					fmt.Printf("  LUN %d = %s namespace %d: iscsi://%s/%s/%d  iser://%s/%s/%d\n", l.LUN, l.Subsystem, l.NSID, a, t.IQN, l.LUN, a, t.IQN, l.LUN)
 				}
+				fmt.Printf("  discover: rdisk discover iscsi://%s   (Linux: iscsiadm -m discovery -t st -p %s [-I iser])\n", a, a)
 			}
 		}
 	}
 	for _, a := range run.SRPAddrs {
 		for i, p := range run.SRPPorts {
-			fmt.Printf("rdisk target: serving SRP target port on %s (SRP over RDMA/CM, software iWARP)\n  %s\n", a, p.URL(a.String()))
+			u := p.URL(a.String())
+			fmt.Printf("rdisk target: serving SRP target port on %s (SRP over RDMA/CM, software iWARP)\n  %s\n", a, u)
 			for _, l := range cfg.SRP.Ports[i].LUNs {
 				fmt.Printf("  LUN %d = %s namespace %d\n", l.LUN, l.Subsystem, l.NSID)
 			}
+			fmt.Printf("  Linux: echo %s > /sys/class/infiniband_srp/srp-<dev>-1/add_target\n", u.AddTarget())
 		}
 	}
 }
@@ -396,6 +406,9 @@ func targetConfig(c *cli.Context) (*target.Config, error) {
 		adrfam = "ipv6"
 	}
 	cfg.Ports = []target.Port{{PortID: 1, Addr: target.PortAddr{AdrFam: adrfam, TrType: tr, TrAddr: host, TrSvcID: port}, Subsystems: []string{sub.NQN}}}
+	if err := scsiFromFlags(c, cfg, sub.NQN); err != nil {
+		return nil, err
+	}
 	if d := withPort(c.String("discovery-listen"), "8009"); d != "" && tr != string(nvmet.TransportRDMA) {
 		dh, dp, err := net.SplitHostPort(d)
 		if err != nil {
@@ -414,42 +427,6 @@ func targetConfig(c *cli.Context) (*target.Config, error) {
 		}
 	}
 	return cfg, nil
-}
-
-// startISCSI exports lu as LUN 0 of --iqn on an iSCSI/TCP and iSER portal.
-func startISCSI(c *cli.Context, addr string, lu *scsi.LU, p *iwarp.Provider, log *slog.Logger, hook func(int)) (*iscsitarget.Target, error) {
-	iqn := c.String("iqn")
-	allowed := c.StringSlice("allow-initiator")
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("--iscsi-listen %q: want host:port", addr)
-	}
-	if len(allowed) == 0 && !c.Bool("allow-any-host") && !isLoopback(host) {
-		return nil, fmt.Errorf("--iscsi-listen %s is not a loopback address: name the initiators allowed with --allow-initiator IQN, or pass --allow-any-host", addr)
-	}
-	it, err := iscsitarget.New(iscsitarget.Config{
-		Targets: []iscsitarget.TargetConfig{{Name: iqn, AllowedInitiators: allowed,
-			LUNs: []iscsitarget.LUNConfig{{LUN: 0, Unit: lu}}}},
-		Provider: p, Logger: log, ConnHook: hook,
-	})
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		it.Close()
-		return nil, fmt.Errorf("--iscsi-listen: %w", err)
-	}
-	go func() {
-		if err := it.Serve(c.Context, ln); err != nil {
-			log.Error("iscsi portal", "err", err)
-		}
-	}()
-	a := ln.Addr().String()
-	fmt.Printf("rdisk target: serving %s LUN 0 on %s (iSCSI/TCP and iSER, software iWARP)\n", iqn, a)
-	fmt.Printf("  iser://%s/%s/0\n  iscsi://%s/%s/0\n", a, iqn, a, iqn)
-	fmt.Printf("  discover: rdisk discover iscsi://%s   (Linux: iscsiadm -m discovery -t st -p %s [-I iser])\n", a, a)
-	return it, nil
 }
 
 // fillRandom writes pseudo-random data over the whole disk: a sparse RAM
