@@ -47,8 +47,11 @@ iSCSI portal 127.0.0.1:3260 (iSER and iSCSI/TCP on one port) and over SRP on
 127.0.0.1:5555, allowing any host (it only listens on loopback).
 --iscsi-listen "" and --srp-listen "" turn those off.
 
---config reads nvmetcli's saved JSON (/etc/nvmet/config.json); namespaces may
-also name "ram:SIZE" or "null:SIZE" as their device path.`,
+--config reads nvmetcli's saved JSON (/etc/nvmet/config.json), strictly
+(unknown keys, duplicates and dangling references are refused with their
+line); namespaces may also name "ram:SIZE" or "null:SIZE" as their device
+path, and rdisk_iscsi / rdisk_srp sections export namespaces over iSCSI and
+SRP (one SCSI logical unit per namespace).`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: defaultNVMeAddr, Usage: "NVMe-oF address (host:port)"},
 			&cli.StringFlag{Name: "transport", Value: string(nvmet.TransportBoth), Usage: "NVMe-oF transport on --listen: rdma, tcp or rdma+tcp (both on one port number)"},
@@ -67,7 +70,7 @@ also name "ram:SIZE" or "null:SIZE" as their device path.`,
 			&cli.StringFlag{Name: "iscsi-listen", Value: defaultISCSIAddr, Usage: "iSCSI/iSER portal address (host:port; empty: none)"},
 			&cli.StringFlag{Name: "iqn", Value: defaultIQN, Usage: "iSCSI target name"},
 			&cli.StringSliceFlag{Name: "allow-initiator", Usage: "iSCSI initiator IQN allowed to log in (repeatable)"},
-			&cli.StringFlag{Name: "config", Usage: "nvmetcli JSON configuration (replaces the flags above; NVMe-oF only)"},
+			&cli.StringFlag{Name: "config", Usage: "nvmetcli JSON configuration, with rdisk_iscsi and rdisk_srp sections for the SCSI transports (replaces the flags above)"},
 			cpusFlag("most CPUs (Go Ps) to use; rdisk uses one per connected queue up to this", "$GOMAXPROCS, else all CPUs"),
 		}, srpTargetFlags()...),
 		Action: runTarget,
