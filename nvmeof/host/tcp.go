@@ -463,9 +463,7 @@ func (q *tcpQueue) setDataCapsule(s *tcpSlot, data []byte, write bool, inCapsule
 // it (then post returns nil: the completion was delivered).
 func (q *tcpQueue) post(s *tcpSlot) error {
 	tcp.Header(s.pdu).Put(tcp.TypeCapsuleCmd, 0, tcp.CapsuleCmdHLen, q.hdgst, s.inline, q.ddgst, 0)
-	if q.hdgst {
-		tcp.PutDigest(s.pdu[tcp.CapsuleCmdHLen:], tcp.Digest(s.pdu[:tcp.CapsuleCmdHLen]))
-	}
+	tcp.Header(s.pdu).Seal(q.hdgst)
 	if s.inline > 0 && q.ddgst {
 		tcp.PutDigest(s.ddgst[:], tcp.Digest(s.data[:s.inline]))
 	}
@@ -869,11 +867,7 @@ func (q *tcpQueue) answerR2T(s *tcpSlot) error {
 			h := q.h2cHdr[k][:]
 			tcp.Header(h).Put(tcp.TypeH2CData, flags, tcp.DataHLen, q.hdgst, int(n), q.ddgst, 0)
 			tcp.Data(h).Encode(&tcp.DataFields{CCCID: s.cid, TTag: s.ttag, Offset: off, Length: n})
-			hl := tcp.DataHLen
-			if q.hdgst {
-				tcp.PutDigest(h[tcp.DataHLen:], tcp.Digest(h[:tcp.DataHLen]))
-				hl += tcp.DigestSize
-			}
+			hl := tcp.Header(h).Seal(q.hdgst)
 			data := s.data[off : off+n]
 			q.w.Add(h[:hl])
 			q.w.Add(data)

@@ -479,11 +479,7 @@ func (q *tcpQueue) sendR2T(x *tcpReq) error {
 	b := x.hdr[tcpR2TOff : tcpR2TOff+tcp.R2THLen+tcp.DigestSize]
 	tcp.Header(b).Put(tcp.TypeR2T, 0, tcp.R2THLen, q.hdgst, 0, false, 0)
 	tcp.Data(b).Encode(&tcp.DataFields{CCCID: nvmeof.SQE(x.sqe[:]).CID(), TTag: uint16(x.id), Offset: 0, Length: uint32(x.xferLen)})
-	n := tcp.R2THLen
-	if q.hdgst {
-		tcp.PutDigest(b[n:], tcp.Digest(b[:n]))
-		n += tcp.DigestSize
-	}
+	n := tcp.Header(b).Seal(q.hdgst)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.pend = append(q.pend, b[:n])
@@ -556,11 +552,7 @@ func (q *tcpQueue) respond(r *request) error {
 		b := x.hdr[tcpC2HOff : tcpC2HOff+tcp.DataHLen+tcp.DigestSize]
 		pad := tcp.Header(b).Put(tcp.TypeC2HData, flags, tcp.DataHLen, q.hdgst, n, q.ddgst, q.hpda)
 		tcp.Data(b).Encode(&tcp.DataFields{CCCID: nvmeof.SQE(r.sqe[:]).CID(), Offset: 0, Length: uint32(n)})
-		hl := tcp.DataHLen
-		if q.hdgst {
-			tcp.PutDigest(b[hl:], tcp.Digest(b[:hl]))
-			hl += tcp.DigestSize
-		}
+		hl := tcp.Header(b).Seal(q.hdgst)
 		q.pend = append(q.pend, b[:hl])
 		if pad > 0 {
 			q.pend = append(q.pend, q.zero[:pad])
@@ -592,11 +584,7 @@ func (q *tcpQueue) respond(r *request) error {
 		b := x.hdr[tcpRespOff : tcpRespOff+tcp.CapsuleRespHLen+tcp.DigestSize]
 		tcp.Header(b).Put(tcp.TypeCapsuleResp, 0, tcp.CapsuleRespHLen, q.hdgst, 0, false, 0)
 		r.encodeCQE(b[tcp.CommonHeaderSize:tcp.CapsuleRespHLen], q.sq.qid)
-		hl := tcp.CapsuleRespHLen
-		if q.hdgst {
-			tcp.PutDigest(b[hl:], tcp.Digest(b[:hl]))
-			hl += tcp.DigestSize
-		}
+		hl := tcp.Header(b).Seal(q.hdgst)
 		q.pend = append(q.pend, b[:hl])
 	}
 	q.pendReq = append(q.pendReq, r.id)

@@ -186,6 +186,19 @@ func (h Header) Put(typ, flags uint8, hlen int, hdgst bool, dataLen int, ddgst b
 	return pad
 }
 
+// Seal computes the header digest of a header Put wrote and whose fields
+// are all in place, when header digests are on and the type carries one,
+// and returns the header's length on the wire (HLEN, plus the digest). h
+// must have room for the digest.
+func (h Header) Seal(hdgst bool) int {
+	n := h.HLen()
+	if hdgst && hasHeaderDigest(h.Type()) {
+		PutDigest(h[n:], Digest(h[:n]))
+		n += DigestSize
+	}
+	return n
+}
+
 // hasHeaderDigest tells whether PDUs of type t carry a header digest when
 // header digests are on (all but the initialization and terminate PDUs).
 func hasHeaderDigest(t uint8) bool {

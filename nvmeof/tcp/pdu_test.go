@@ -249,3 +249,22 @@ func FuzzReceive(f *testing.F) {
 		}
 	})
 }
+
+func TestSeal(t *testing.T) {
+	b := make([]byte, CapsuleRespHLen+DigestSize)
+	Header(b).Put(TypeCapsuleResp, 0, CapsuleRespHLen, true, 0, false, 0)
+	if n := Header(b).Seal(true); n != CapsuleRespHLen+DigestSize {
+		t.Fatalf("Seal = %d", n)
+	}
+	if _, err := CheckPDU(b, true, false, 4); err != nil {
+		t.Fatalf("sealed header refused: %v", err)
+	}
+	if n := Header(b).Seal(false); n != CapsuleRespHLen {
+		t.Fatalf("Seal without digests = %d", n)
+	}
+	ic := make([]byte, ICSize)
+	IC(ic).Encode(TypeICResp, &ICFields{})
+	if n := Header(ic).Seal(true); n != ICSize { // no header digest on ICResp
+		t.Fatalf("Seal of ICResp = %d", n)
+	}
+}
