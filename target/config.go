@@ -262,7 +262,7 @@ func (c *Config) validate(pos *positions) error {
 				return pos.errAt(p+".param.inline_data_size", "%q is not a number", v)
 			}
 		}
-		loopback := pc.Addr.TrAddr != "" && isLoopbackAddr(pc.Addr.TrAddr)
+		loopback := pc.Addr.TrAddr != "" && IsLoopback(pc.Addr.TrAddr)
 		for j, nqn := range pc.Subsystems {
 			sp := fmt.Sprintf("%s.subsystems[%d]", p, j)
 			s := subs[nqn]
@@ -292,8 +292,9 @@ func readSecret(v string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// isLoopbackAddr tells whether a port's traddr is a loopback address.
-func isLoopbackAddr(a string) bool {
+// IsLoopback tells whether a host (a name, or an address with or without
+// brackets) is a loopback address: listeners there need no ACL.
+func IsLoopback(a string) bool {
 	if a == "localhost" {
 		return true
 	}

@@ -128,7 +128,7 @@ func (c *Config) validateSCSI(pos *positions, subs map[string]*Subsystem) error 
 			if err != nil {
 				return pos.errAt(fmt.Sprintf("rdisk_iscsi.portals[%d]", i), "%q: want host:port", a)
 			}
-			open = open || !isLoopbackAddr(h)
+			open = open || !IsLoopback(h)
 		}
 		names := map[string]bool{}
 		for i, t := range ic.Targets {
@@ -164,7 +164,7 @@ func (c *Config) validateSCSI(pos *positions, subs map[string]*Subsystem) error 
 			if err != nil {
 				return pos.errAt(fmt.Sprintf("rdisk_srp.listen[%d]", i), "%q: want host:port", a)
 			}
-			open = open || !isLoopbackAddr(h)
+			open = open || !IsLoopback(h)
 		}
 		ids := map[srp.PortID]bool{}
 		for i, pt := range sc.Ports {

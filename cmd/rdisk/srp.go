@@ -20,8 +20,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/rdisk/rdisk/blockdev"
@@ -171,12 +169,4 @@ func srpTargetFlags() []cli.Flag {
 		&cli.StringFlag{Name: "srp-ioc-guid", Value: srp.FormatGUID(srp.DefaultIOCGUID), Usage: "SRP target port ioc_guid (hex)"},
 		&cli.StringSliceFlag{Name: "srp-allow", Usage: "SRP initiator allowed to log in: port ID (0x + 32 hex), port GUID or IP address (repeatable)"},
 	}
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	return ip != nil && ip.IsLoopback()
 }

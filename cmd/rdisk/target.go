@@ -201,7 +201,7 @@ func scsiFromFlags(c *cli.Context, cfg *target.Config, nqn string) error {
 			return fmt.Errorf("--iscsi-listen %q: want HOST or HOST:PORT", c.String("iscsi-listen"))
 		}
 		allowed := c.StringSlice("allow-initiator")
-		if len(allowed) == 0 && !c.Bool("allow-any-host") && !isLoopback(h) {
+		if len(allowed) == 0 && !c.Bool("allow-any-host") && !target.IsLoopback(h) {
 			return fmt.Errorf("--iscsi-listen %s is not a loopback address: name the initiators allowed with --allow-initiator IQN, or pass --allow-any-host", addr)
 		}
 		cfg.ISCSI = &target.ISCSIConfig{Portals: []string{addr}, Targets: []target.ISCSITarget{{
@@ -219,7 +219,7 @@ func scsiFromFlags(c *cli.Context, cfg *target.Config, nqn string) error {
 			return fmt.Errorf("--srp-listen %q: want HOST or HOST:PORT", c.String("srp-listen"))
 		}
 		allow := c.StringSlice("srp-allow")
-		anyInit := len(allow) == 0 && (c.Bool("allow-any-host") || isLoopback(h))
+		anyInit := len(allow) == 0 && (c.Bool("allow-any-host") || target.IsLoopback(h))
 		if len(allow) == 0 && !anyInit {
 			return fmt.Errorf("--srp-listen %s is not a loopback address: name the initiators allowed with --srp-allow, or pass --allow-any-host", addr)
 		}
@@ -337,7 +337,7 @@ func targetConfig(c *cli.Context) (*target.Config, error) {
 	hosts := c.StringSlice("allow-host")
 	anyHost := c.Bool("allow-any-host")
 	if len(hosts) == 0 && !anyHost {
-		if !isLoopback(host) {
+		if !target.IsLoopback(host) {
 			return nil, fmt.Errorf("--listen %s is not a loopback address: name the hosts allowed with --allow-host NQN, or pass --allow-any-host", c.String("listen"))
 		}
 		anyHost = true
