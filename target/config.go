@@ -58,16 +58,6 @@ type HostChap struct {
 	DHGroup string `json:"dhgroup,omitempty"`
 }
 
-// secretValue reads a DH-HMAC-CHAP secret: "DHHC-1:..." itself, or
-// "@FILE" to read it from FILE (so the configuration can be shared without
-// its secrets).
-func secretValue(v string) (auth.Secret, error) {
-	if path, ok := strings.CutPrefix(v, "@"); ok {
-		return auth.ReadSecretFile(path)
-	}
-	return auth.ParseSecret(v)
-}
-
 // hostAuth returns the host's DH-HMAC-CHAP settings, or nil without a key.
 func (h *Host) hostAuth() (*nvmet.HostAuth, error) {
 	key, ckey, hash, group := h.Key, h.CtrlKey, h.Hash, h.DHGroup
@@ -80,13 +70,13 @@ func (h *Host) hostAuth() (*nvmet.HostAuth, error) {
 		}
 		return nil, nil
 	}
-	s, err := secretValue(key)
+	s, err := auth.ParseSecretOrFile(key)
 	if err != nil {
 		return nil, fmt.Errorf("host %s: dhchap_key: %w", h.NQN, err)
 	}
 	a := &nvmet.HostAuth{Key: s}
 	if ckey != "" {
-		cs, err := secretValue(ckey)
+		cs, err := auth.ParseSecretOrFile(ckey)
 		if err != nil {
 			return nil, fmt.Errorf("host %s: dhchap_ctrl_key: %w", h.NQN, err)
 		}

@@ -69,15 +69,9 @@ func secretFlag(c *cli.Context, name string) (*auth.Secret, error) {
 	if v == "" {
 		return nil, nil
 	}
-	var s auth.Secret
-	var err error
-	if path, ok := strings.CutPrefix(v, "@"); ok {
-		s, err = auth.ReadSecretFile(path)
-	} else {
-		s, err = auth.ParseSecret(v)
-		if err != nil && !strings.HasPrefix(v, "DHHC-1:") {
-			err = fmt.Errorf("%w (want DHHC-1:XX:BASE64:, or @FILE to read it from a file)", err)
-		}
+	s, err := auth.ParseSecretOrFile(v)
+	if err != nil && !strings.HasPrefix(v, "@") && !strings.HasPrefix(v, "DHHC-1:") {
+		err = fmt.Errorf("%w (want DHHC-1:XX:BASE64:, or @FILE to read it from a file)", err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("--%s: %w", name, err)

@@ -196,6 +196,15 @@ func GenerateSecret(rnd io.Reader, transform HashID, keyLen int, nqn string) (Se
 	return s, err
 }
 
+// ParseSecretOrFile reads a secret as configurations and flags give it:
+// the DHHC-1 form itself, or "@FILE" to read it from FILE.
+func ParseSecretOrFile(v string) (Secret, error) {
+	if path, ok := strings.CutPrefix(v, "@"); ok {
+		return ReadSecretFile(path)
+	}
+	return ParseSecret(v)
+}
+
 // ReadSecretFile reads a DHHC-1 secret from a file, trimming white space
 // around it (a trailing newline, as "nvme gen-dhchap-key > file" leaves).
 // Errors name the file but not its contents.

@@ -213,3 +213,22 @@ func TestReadSecretFile(t *testing.T) {
 		t.Errorf("ReadSecretFile(missing) = %v", err)
 	}
 }
+
+func TestParseSecretOrFile(t *testing.T) {
+	const key = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:"
+	path := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := ParseSecretOrFile(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ParseSecretOrFile("@" + path)
+	if err != nil || b.String() != a.String() {
+		t.Fatalf("from a file: %v %v", b, err)
+	}
+	if _, err := ParseSecretOrFile("@" + path + ".missing"); err == nil {
+		t.Fatal("missing file accepted")
+	}
+}
