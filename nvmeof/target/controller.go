@@ -28,6 +28,9 @@ type controller struct {
 	hostNQN string
 	hostID  [16]byte
 	maxQ    int // I/O queues this controller may have
+	// connected is when the admin queue connected, remote its peer.
+	connected time.Time
+	remote    string
 
 	mu        sync.Mutex
 	cc        nvmeof.CC
@@ -52,6 +55,8 @@ type controller struct {
 	errNext   int
 	queues    map[uint16]*sq
 	dead      bool
+	// retired sums the counters of the I/O queues that ended.
+	retired struct{ commands, readBytes, writeBytes uint64 }
 }
 
 type aerSlot struct {
@@ -137,6 +142,9 @@ func (c *controller) queueGone(q *sq, reason string) {
 	c.mu.Lock()
 	if c.queues[q.qid] == q {
 		delete(c.queues, q.qid)
+		c.retired.commands += q.stats.commands.Load()
+		c.retired.readBytes += q.stats.readBytes.Load()
+		c.retired.writeBytes += q.stats.writeBytes.Load()
 	}
 	c.mu.Unlock()
 	if q.qid == 0 {

@@ -3,6 +3,7 @@ package target
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/internal/workers"
@@ -88,6 +89,9 @@ type request struct {
 	sqhd   uint16
 	nsid   uint32
 	lba    uint64
+	// ioLen is the bytes a Read or Write moves (for the queue's
+	// counters; 0 for other commands).
+	ioLen int
 
 	// onWorker: the command runs on a worker (may block); wantWorker: it
 	// ran inline, found it must block (an uncached read) and asks for one.
@@ -119,6 +123,12 @@ type sq struct {
 	qid   uint16
 	depth int // commands the host may have outstanding (receive buffers)
 	tr    transport
+	// remote is the peer's address (set by the binding before the queue
+	// runs).
+	remote string
+	// entries is the queue size the host's Connect asked for (SQSIZE+1),
+	// set before the queue joins its controller.
+	entries int
 	// pool runs commands on disks that may wait (started on first use).
 	pool *workers.Pool[*request]
 
@@ -129,9 +139,25 @@ type sq struct {
 	// auth is the queue's DH-HMAC-CHAP state when its host must
 	// authenticate (queue goroutine only: Fabrics commands run there).
 	auth       *auth.Controller
-	authWarned bool // the missing authentication was logged
+	authWarned bool        // the missing authentication was logged
+	authOK     atomic.Bool // auth.Authenticated(), for Target.Controllers
 
 	closeOnce sync.Once
+
+	// stats count the queue's I/O commands for Target.Controllers.
+	stats queueStats
+}
+
+// queueStats are an I/O queue's counters: added to by whichever goroutine
+// completes a command of the queue (its own or one of its workers), read
+// with atomics by Target.Controllers. They sit on a cache line of their own
+// so that their writes do not disturb the queue's other fields.
+type queueStats struct {
+	_          [64]byte
+	commands   atomic.Uint64 // I/O commands completed, whatever their status
+	readBytes  atomic.Uint64 // data of successful Reads
+	writeBytes atomic.Uint64 // data of successful Writes
+	_          [64 - 24]byte
 }
 
 // newSQ returns the core of queue qid with depth receive buffers and up to
@@ -165,7 +191,7 @@ func (q *sq) received() {
 func (q *sq) begin(r *request) bool {
 	r.status, r.result, r.errLoc, r.outLen = nvmeof.StatusSuccess, 0, nvmeof.ParamErrorLocationNone, 0
 	r.xfer, r.xferLen, r.views, r.dir, r.nsid, r.lba, r.nseg = nil, 0, false, nvmeof.DirNone, 0, 0, 0
-	r.onWorker, r.wantWorker = false, false
+	r.onWorker, r.wantWorker, r.ioLen = false, false, 0
 	r.sqhd = q.sqhd
 	if q.sqflow {
 		r.sqhd = nvmeof.SQHeadDisabled
@@ -246,6 +272,17 @@ func (q *sq) respond(r *request) error {
 	if r.status != nvmeof.StatusSuccess {
 		if c := q.controller(); c != nil {
 			c.logError(q.qid, nvmeof.SQE(r.sqe[:]).CID(), r.status, r.errLoc, r.lba, r.nsid, q.tr.trType())
+		}
+	}
+	if q.qid != 0 && !nvmeof.SQE(r.sqe[:]).IsFabrics() {
+		q.stats.commands.Add(1)
+		if r.ioLen > 0 && r.status == nvmeof.StatusSuccess {
+			switch r.kind {
+			case nvmeof.KindRead:
+				q.stats.readBytes.Add(uint64(r.ioLen))
+			case nvmeof.KindWrite:
+				q.stats.writeBytes.Add(uint64(r.ioLen))
+			}
 		}
 	}
 	r.state = reqResponded

@@ -111,11 +111,22 @@ func (q *sq) connect(r *request, sqe nvmeof.SQE) {
 			connectParamErr(r, true, nvmeof.ConnectDataCNTLIDOffset)
 			return
 		}
+		q.entries = sqsize + 1
 		c := &controller{t: t, sub: sub, port: q.port, disc: sub == t.discSub, trType: q.tr.trType(), hostNQN: d.HostNQN, hostID: d.HostID,
-			maxQ: q.port.cfg.MaxIOQueues, queues: map[uint16]*sq{0: q}, wce: true, features: map[uint8]uint32{}}
+			maxQ: q.port.cfg.MaxIOQueues, queues: map[uint16]*sq{0: q}, wce: true, features: map[uint8]uint32{},
+			connected: time.Now(), remote: q.remote}
 		id, err := sub.allocController(c)
 		if err != nil {
 			r.status = nvmeof.StatusConnectControllerBusy.WithDNR()
+			return
+		}
+		if !c.disc && q.port.subsystem(d.SubNQN) != sub {
+			// Unlinked from the port (or removed) since the look-up: the
+			// unlinking may have missed this controller, so refuse it
+			// (see Port.UnlinkSubsystem).
+			sub.freeController(id, c)
+			t.log.Info("nvmeof: connect to a subsystem being unlinked", "subnqn", d.SubNQN, "host", d.HostNQN)
+			connectParamErr(r, true, nvmeof.ConnectDataSubNQNOffset)
 			return
 		}
 		c.cntlid = id
@@ -151,6 +162,7 @@ func (q *sq) connect(r *request, sqe nvmeof.SQE) {
 		connectParamErr(r, false, nvmeof.OffsetConnectQID)
 		return
 	}
+	q.entries = sqsize + 1
 	c.queues[q.qid] = q
 	c.mu.Unlock()
 	q.ctrlMu.Lock()
@@ -202,6 +214,7 @@ func (q *sq) authSend(r *request, cmd nvmeof.AuthCommand) {
 		q.authFailed(err)
 	}
 	q.authDone(before)
+	q.authOK.Store(q.auth.Authenticated())
 }
 
 // authReceive returns the queue's next DH-HMAC-CHAP message, zero padded
@@ -224,6 +237,7 @@ func (q *sq) authReceive(r *request, cmd nvmeof.AuthCommand) {
 	clear(r.xfer[k:n])
 	r.outLen = n
 	q.authDone(before)
+	q.authOK.Store(q.auth.Authenticated())
 }
 
 // authDone logs the end of a successful exchange.

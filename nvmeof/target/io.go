@@ -31,6 +31,7 @@ func (c *controller) io(q *sq, r *request, sqe nvmeof.SQE) {
 		if !ok {
 			return
 		}
+		r.ioLen = length
 		switch r.kind {
 		case nvmeof.KindRead:
 			r.outLen = length

@@ -98,6 +98,9 @@ func (p *Port) serveConn(req rdma.ConnRequest) {
 		return
 	}
 	defer q.close()
+	if a := req.RemoteAddr(); a != nil {
+		q.sq.remote = a.String()
+	}
 	acc := make([]byte, nvmeof.CMAcceptSize)
 	nvmeof.CMAccept(acc).Encode(&nvmeof.CMAcceptFields{RecFmt: nvmeof.CMRecFmt, CRQSize: uint16(q.sq.depth)})
 	if err := req.Accept(t.ctx, q.tq.QP(), rdma.ConnParam{PrivateData: acc, ResponderResources: 1}); err != nil {

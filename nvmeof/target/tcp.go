@@ -325,6 +325,9 @@ func (q *tcpQueue) bind(s nvmeof.SQE) {
 	// A larger SQSIZE gets Connect Invalid Parameters from the core.
 	depth := max(min(int(sqsize)+1, limit), 1)
 	q.sq = newSQ(p, qid, depth, 2*depth, q)
+	if a := q.c.RemoteAddr(); a != nil {
+		q.sq.remote = a.String()
+	}
 	q.maxInCapsule = p.cfg.TCPInlineDataSize
 	if qid == 0 {
 		q.maxInCapsule = max(q.maxInCapsule, tcpAdminInCapsule)

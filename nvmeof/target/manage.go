@@ -1,0 +1,187 @@
+package target
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rdisk/rdisk/nvmeof"
+)
+
+// The live-management API: what an operator (rdisk target's management
+// socket) inspects and changes on a running target, as nvmet's configfs
+// does for Linux.
+
+// ControllerInfo describes one live controller (the admin queue and its I/O
+// queues).
+type ControllerInfo struct {
+	Subsystem     string // subsystem NQN (nvmeof.DiscoveryNQN for discovery controllers)
+	CNTLID        uint16
+	HostNQN       string
+	HostID        string // the 16-byte host identifier as a UUID string
+	Transport     string // "rdma" or "tcp"
+	PortID        uint16
+	Remote        string // the admin queue's peer address
+	IOQueues      int    // I/O queues connected now
+	QueueDepth    int    // entries of its I/O queues (SQSIZE+1) (0 without I/O queues)
+	KATO          time.Duration
+	Authenticated bool // DH-HMAC-CHAP completed
+	Connected     time.Time
+	// Commands counts the I/O commands completed (whatever their status)
+	// over all its I/O queues, those that ended included; ReadBytes and
+	// WriteBytes the data of the successful Reads and Writes among them.
+	Commands   uint64
+	ReadBytes  uint64
+	WriteBytes uint64
+}
+
+// Controllers lists the live controllers, sorted by subsystem NQN, then
+// controller ID.
+func (t *Target) Controllers() []ControllerInfo {
+	var out []ControllerInfo
+	for _, s := range t.subsystems(true) {
+		s.mu.RLock()
+		cs := s.controllersLocked()
+		s.mu.RUnlock()
+		for _, c := range cs {
+			if info, ok := c.info(); ok {
+				out = append(out, info)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b ControllerInfo) int {
+		return cmp.Or(strings.Compare(a.Subsystem, b.Subsystem), cmp.Compare(a.CNTLID, b.CNTLID))
+	})
+	return out
+}
+
+// info describes c; false once it is torn down.
+func (c *controller) info() (ControllerInfo, bool) {
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return ControllerInfo{}, false
+	}
+	in := ControllerInfo{
+		Subsystem: c.sub.cfg.NQN, CNTLID: c.cntlid, HostNQN: c.hostNQN, HostID: uuidString(c.hostID),
+		Transport: string(TransportRDMA), PortID: c.port.cfg.ID, Remote: c.remote, KATO: c.kato, Connected: c.connected,
+		Commands: c.retired.commands, ReadBytes: c.retired.readBytes, WriteBytes: c.retired.writeBytes,
+	}
+	qs := make([]*sq, 0, len(c.queues))
+	for _, q := range c.queues {
+		qs = append(qs, q)
+	}
+	c.mu.Unlock()
+	if c.trType == nvmeof.TrTypeTCP {
+		in.Transport = string(TransportTCP)
+	}
+	for _, q := range qs {
+		if q.qid == 0 {
+			in.Authenticated = q.authOK.Load()
+			continue
+		}
+		in.IOQueues++
+		in.QueueDepth = max(in.QueueDepth, q.entries)
+		in.Commands += q.stats.commands.Load()
+		in.ReadBytes += q.stats.readBytes.Load()
+		in.WriteBytes += q.stats.writeBytes.Load()
+	}
+	return in, true
+}
+
+// uuidString formats 16 bytes as a UUID (8-4-4-4-12 hex digits).
+func uuidString(u [16]byte) string {
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}
+
+// subsystems returns the subsystems, with the discovery one first if disc.
+func (t *Target) subsystems(disc bool) []*Subsystem {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*Subsystem, 0, len(t.subs)+1)
+	if disc {
+		out = append(out, t.discSub)
+	}
+	for _, s := range t.subs {
+		out = append(out, s)
+	}
+	return out
+}
+
+// Subsystems lists the subsystems (not the discovery one), sorted by NQN.
+func (t *Target) Subsystems() []*Subsystem {
+	out := t.subsystems(false)
+	slices.SortFunc(out, func(a, b *Subsystem) int { return strings.Compare(a.cfg.NQN, b.cfg.NQN) })
+	return out
+}
+
+// Port returns the port with ID id, or nil.
+func (t *Target) Port(id uint16) *Port {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ports[id]
+}
+
+// Ports lists the ports, sorted by ID.
+func (t *Target) Ports() []*Port {
+	t.mu.Lock()
+	out := make([]*Port, 0, len(t.ports))
+	for _, p := range t.ports {
+		out = append(out, p)
+	}
+	t.mu.Unlock()
+	slices.SortFunc(out, func(a, b *Port) int { return cmp.Compare(a.cfg.ID, b.cfg.ID) })
+	return out
+}
+
+// ID returns the port's ID.
+func (p *Port) ID() uint16 { return p.cfg.ID }
+
+// AllowedHosts lists the host NQNs allowed to connect, sorted (whatever
+// AllowAnyHost says).
+func (s *Subsystem) AllowedHosts() []string {
+	s.mu.RLock()
+	out := make([]string, 0, len(s.hosts))
+	for h := range s.hosts {
+		out = append(out, h)
+	}
+	s.mu.RUnlock()
+	slices.Sort(out)
+	return out
+}
+
+// AllowAnyHost tells whether every host may connect.
+func (s *Subsystem) AllowAnyHost() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.cfg.AllowAnyHost
+}
+
+// NamespaceInfo describes a namespace.
+type NamespaceInfo struct {
+	NSID        uint32
+	Blocks      uint64 // size in logical blocks
+	BlockSize   int    // logical block size in bytes
+	NGUID, UUID [16]byte
+	Disabled    bool // configured, not visible to hosts
+	ReadOnly    bool // the disk refuses writes
+}
+
+// Namespaces lists the namespaces, disabled ones included, sorted by NSID.
+func (s *Subsystem) Namespaces() []NamespaceInfo {
+	s.mu.RLock()
+	ns := make([]*Namespace, 0, len(s.ns))
+	for _, n := range s.ns {
+		ns = append(ns, n)
+	}
+	s.mu.RUnlock()
+	out := make([]NamespaceInfo, 0, len(ns))
+	for _, n := range ns {
+		out = append(out, NamespaceInfo{NSID: n.cfg.NSID, Blocks: n.nsze, BlockSize: 1 << n.lbads, NGUID: n.cfg.NGUID, UUID: n.cfg.UUID,
+			Disabled: n.cfg.Disabled, ReadOnly: n.cfg.Disk.ReadOnly()})
+	}
+	slices.SortFunc(out, func(a, b NamespaceInfo) int { return cmp.Compare(a.NSID, b.NSID) })
+	return out
+}

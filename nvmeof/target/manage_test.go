@@ -1,0 +1,295 @@
+package target
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdisk/rdisk/backstore"
+	"github.com/rdisk/rdisk/blockdev"
+	"github.com/rdisk/rdisk/nvmeof"
+	"github.com/rdisk/rdisk/nvmeof/auth"
+	"github.com/rdisk/rdisk/nvmeof/host"
+	"github.com/rdisk/rdisk/rdma"
+	"github.com/rdisk/rdisk/rdma/iwarp"
+)
+
+// Tests of the live-management API (manage.go), with rdisk's own host
+// (nvmeof/host) on loopback.
+
+// testHostID is the host identifier the tests' hosts present, and its UUID
+// string.
+var testHostID = [16]byte{0x0c, 0x7a, 0x4b, 0x2e, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+
+const testHostIDString = "0c7a4b2e-0102-0304-0506-0708090a0b0c"
+
+// hostCfg is a host configuration with two I/O queues of 16 entries.
+func hostCfg(hostNQN string) host.Config {
+	return host.Config{HostNQN: hostNQN, HostID: testHostID, IOQueues: 2, QueueDepth: 16, KATO: 5 * time.Second}
+}
+
+// dialHost connects a host to subNQN at addr over tr (TransportBoth: RDMA).
+func dialHost(t testing.TB, tr Transport, addr, subNQN string, cfg host.Config) (*host.Controller, error) {
+	t.Helper()
+	var p rdma.Provider
+	if tr == TransportTCP {
+		cfg.Transport = host.TransportTCP
+	} else {
+		ip, err := iwarp.New(iwarp.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ip.Close() })
+		p, cfg.Transport = ip, host.TransportRDMA
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := host.Connect(ctx, p, addr, subNQN, cfg)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, nil
+}
+
+// mustHost is dialHost failing the test on an error.
+func mustHost(t testing.TB, tr Transport, addr, subNQN string, cfg host.Config) *host.Controller {
+	t.Helper()
+	c, err := dialHost(t, tr, addr, subNQN, cfg)
+	if err != nil {
+		t.Fatalf("connecting to %s at %s: %v", subNQN, addr, err)
+	}
+	return c
+}
+
+// eventually waits up to 10 s for cond.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitDone waits for a host controller to fail.
+func waitDone(t testing.TB, c *host.Controller, what string) {
+	t.Helper()
+	select {
+	case <-c.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: the host's controller is still up after 10 s", what)
+	}
+}
+
+// alive checks that a host controller is up and its namespace 1 readable.
+func alive(t testing.TB, c *host.Controller, what string) {
+	t.Helper()
+	select {
+	case <-c.Done():
+		t.Fatalf("%s: the host's controller failed: %v", what, c.Err())
+	default:
+	}
+	ns, err := c.Namespace(context.Background(), 1)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if _, err := blockdev.ReadAt(ns, make([]byte, 4096), 0); err != nil {
+		t.Fatalf("%s: read: %v", what, err)
+	}
+}
+
+// authSecret is a host's DH-HMAC-CHAP secret.
+func authSecret() (auth.Secret, error) {
+	return auth.ParseSecret("DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:")
+}
+
+// findController returns the live controller of subsystem nqn with cntlid.
+func findController(tg *Target, nqn string, cntlid uint16) (ControllerInfo, bool) {
+	for _, c := range tg.Controllers() {
+		if c.Subsystem == nqn && c.CNTLID == cntlid {
+			return c, true
+		}
+	}
+	return ControllerInfo{}, false
+}
+
+func TestControllers(t *testing.T) {
+	t.Parallel()
+	for _, tr := range []Transport{TransportTCP, TransportRDMA} {
+		t.Run(string(tr), func(t *testing.T) {
+			t.Parallel()
+			tg, port := tcpTarget(t, 8<<20, tr)
+			addr := port.Addr().String()
+			if cs := tg.Controllers(); len(cs) != 0 {
+				t.Fatalf("controllers before any connect: %+v", cs)
+			}
+			before := time.Now()
+			c := mustHost(t, tr, addr, testNQN, hostCfg(hostNQN))
+			disc := mustHost(t, tr, addr, nvmeof.DiscoveryNQN, host.Config{HostNQN: hostNQN2, HostID: testHostID})
+			cs := tg.Controllers()
+			if len(cs) != 2 || cs[0].Subsystem != nvmeof.DiscoveryNQN || cs[1].Subsystem != testNQN {
+				t.Fatalf("controllers %+v: want the discovery one, then %s", cs, testNQN)
+			}
+			if d := cs[0]; d.CNTLID != disc.CNTLID() || d.HostNQN != hostNQN2 || d.IOQueues != 0 || d.QueueDepth != 0 || d.KATO != 0 {
+				t.Errorf("discovery controller %+v", d)
+			}
+			in := cs[1]
+			if in.CNTLID != c.CNTLID() || in.HostNQN != hostNQN || in.HostID != testHostIDString ||
+				in.PortID != 1 || !strings.HasPrefix(in.Remote, "127.0.0.1:") || in.IOQueues != 2 || in.QueueDepth != 16 ||
+				in.KATO != 5*time.Second || in.Authenticated || in.Connected.Before(before.Add(-time.Second)) || in.Connected.After(time.Now()) {
+				t.Errorf("controller %+v", in)
+			}
+			if want := map[Transport]string{TransportTCP: "tcp", TransportRDMA: "rdma"}[tr]; in.Transport != want {
+				t.Errorf("controller transport %q, want %q", in.Transport, want)
+			}
+			if in.Commands != 0 || in.ReadBytes != 0 || in.WriteBytes != 0 {
+				t.Errorf("counters before I/O: %+v", in)
+			}
+
+			// Counters grow with I/O, read while it runs (for the race
+			// detector).
+			stop := make(chan struct{})
+			polled := make(chan struct{})
+			go func() {
+				defer close(polled)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+						tg.Controllers()
+					}
+				}
+			}()
+			ns, err := c.Namespace(context.Background(), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := make([]byte, 8192)
+			rand.Read(data)
+			if _, err := blockdev.WriteAt(ns, data, 4096); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, 4096)
+			if _, err := blockdev.ReadAt(ns, got, 4096); err != nil || !bytes.Equal(got, data[:4096]) {
+				t.Fatalf("read back: %v", err)
+			}
+			// A failing command counts, moving no data.
+			if err := tg.Subsystem(testNQN).RemoveNamespace(1); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := blockdev.ReadAt(ns, make([]byte, 4096), 0); err == nil {
+				t.Fatal("read of a removed namespace succeeded")
+			}
+			close(stop)
+			<-polled
+			in, ok := findController(tg, testNQN, c.CNTLID())
+			if !ok || in.Commands != 3 || in.ReadBytes != 4096 || in.WriteBytes != 8192 {
+				t.Fatalf("after a write of 8 KiB, a read of 4 KiB and one of a removed namespace: %+v", in)
+			}
+		})
+	}
+}
+
+// TestControllersAuthenticated: a host that ran DH-HMAC-CHAP is listed as
+// authenticated.
+func TestControllersAuthenticated(t *testing.T) {
+	t.Parallel()
+	tg, port := tcpTarget(t, 1<<20, TransportTCP)
+	key, err := authSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.SetHostAuth(hostNQN, &HostAuth{Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := hostCfg(hostNQN)
+	cfg.DHCHAPSecret = &key
+	c := mustHost(t, TransportTCP, port.Addr().String(), testNQN, cfg)
+	if in, ok := findController(tg, testNQN, c.CNTLID()); !ok || !in.Authenticated || in.IOQueues != 2 {
+		t.Fatalf("authenticated controller %+v (found %v)", in, ok)
+	}
+}
+
+func TestNamespacesInfo(t *testing.T) {
+	t.Parallel()
+	tg, port := tcpTarget(t, 8<<20, TransportTCP)
+	sub := tg.Subsystem(testNQN)
+	ro, _ := backstore.NewMem(1<<20, 4096)
+	ro.SetReadOnly(true)
+	nguid := [16]byte{15: 9}
+	if err := sub.AddNamespace(NamespaceConfig{NSID: 7, Disk: ro, NGUID: nguid, Disabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	d3, _ := backstore.NewMem(2<<20, 512)
+	if err := sub.AddNamespace(NamespaceConfig{NSID: 3, Disk: d3}); err != nil {
+		t.Fatal(err)
+	}
+	got := sub.Namespaces()
+	want := []NamespaceInfo{
+		{NSID: 1, Blocks: 8 << 20 / 512, BlockSize: 512, NGUID: deriveNGUID(testNQN, 1), UUID: deriveUUID(testNQN, 1)},
+		{NSID: 3, Blocks: 2 << 20 / 512, BlockSize: 512, NGUID: deriveNGUID(testNQN, 3), UUID: deriveUUID(testNQN, 3)},
+		{NSID: 7, Blocks: 256, BlockSize: 4096, NGUID: nguid, UUID: deriveUUID(testNQN, 7), Disabled: true, ReadOnly: true},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("namespaces %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("namespace %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if err := sub.RemoveNamespace(3); err != nil {
+		t.Fatal(err)
+	}
+	if got := sub.Namespaces(); len(got) != 2 || got[0].NSID != 1 || got[1].NSID != 7 {
+		t.Fatalf("after removing namespace 3: %+v", got)
+	}
+	if ps := tg.Ports(); len(ps) != 1 || ps[0] != port || port.ID() != 1 || tg.Port(1) != port || tg.Port(2) != nil {
+		t.Fatalf("ports %v, Port(1) %v", ps, tg.Port(1))
+	}
+	s2, err := tg.AddSubsystem(SubsystemConfig{NQN: testNQN + "-a", AllowedHosts: []string{hostNQN2, hostNQN}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ss := tg.Subsystems(); len(ss) != 2 || ss[0] != sub || ss[1] != s2 {
+		t.Fatalf("subsystems %v", ss)
+	}
+	if !sub.AllowAnyHost() || s2.AllowAnyHost() || len(sub.AllowedHosts()) != 0 {
+		t.Fatalf("AllowAnyHost %v %v, allowed hosts %v", sub.AllowAnyHost(), s2.AllowAnyHost(), sub.AllowedHosts())
+	}
+	if hs := s2.AllowedHosts(); len(hs) != 2 || hs[0] != hostNQN || hs[1] != hostNQN2 {
+		t.Fatalf("allowed hosts %v, want sorted [%s %s]", hs, hostNQN, hostNQN2)
+	}
+}
+
+// TestRemovedNamespaceIO: I/O to a namespace removed while connected fails
+// with Invalid Namespace or Format.
+func TestRemovedNamespaceIO(t *testing.T) {
+	t.Parallel()
+	_, sub, addr := testTarget(t, 8<<20)
+	aq, cntlid := admin(t, addr, testNQN, hostNQN, 0)
+	sqe := make(nvmeof.SQE, 64)
+	sqe.Features().Encode(&nvmeof.FeaturesFields{Opcode: nvmeof.AdminSetFeatures, FID: nvmeof.FeatNumQueues, CDW11: nvmeof.NumQueuesValue(0, 0)})
+	must(t, aq.exec(sqe, 0, nil), "set number of queues")
+	io := ioQueue(t, addr, 1, cntlid, 16)
+	must(t, rw(io, true, 0, 8, false), "write")
+	if err := sub.RemoveNamespace(1); err != nil {
+		t.Fatal(err)
+	}
+	for _, write := range []bool{false, true} {
+		f := rw(io, write, 0, 8, false)
+		if f.Status.Code() != nvmeof.StatusInvalidNamespace || f.Status.Code() != 0x0b || !f.Status.DNR() {
+			t.Fatalf("write %v to the removed namespace: status %s, want Invalid Namespace or Format (0x0B) with DNR", write, f.Status)
+		}
+	}
+	sqe = make(nvmeof.SQE, 64)
+	sqe.RW().Encode(&nvmeof.RWFields{Opcode: nvmeof.IOFlush, NSID: 1})
+	wantStatus(t, io.exec(sqe, 0, nil), nvmeof.StatusInvalidNamespace.WithDNR(), "flush of the removed namespace")
+}
