@@ -185,3 +185,41 @@ func (s *Subsystem) Namespaces() []NamespaceInfo {
 	slices.SortFunc(out, func(a, b NamespaceInfo) int { return cmp.Compare(a.NSID, b.NSID) })
 	return out
 }
+
+// DeleteController disconnects every queue of controller cntlid of
+// subsystem subNQN (nvmeof.DiscoveryNQN for a discovery controller) and
+// frees its ID, as nvmet does on a fatal error or a keep-alive timeout:
+// the host sees its queues end.
+func (t *Target) DeleteController(subNQN string, cntlid uint16) error {
+	s := t.discSub
+	if subNQN != nvmeof.DiscoveryNQN {
+		s = t.Subsystem(subNQN)
+	}
+	if s == nil {
+		return fmt.Errorf("controller %d of subsystem %s: no such subsystem", cntlid, subNQN)
+	}
+	c := s.controller(cntlid)
+	if c == nil {
+		return fmt.Errorf("subsystem %s has no controller %d", subNQN, cntlid)
+	}
+	c.teardown("deleted by the operator")
+	return nil
+}
+
+// DisallowHost removes a host NQN from the allowed list. Its connected
+// controllers stay, as in nvmet; new ones are refused unless AllowAnyHost.
+func (s *Subsystem) DisallowHost(hostNQN string) {
+	s.mu.Lock()
+	delete(s.hosts, hostNQN)
+	s.mu.Unlock()
+	s.t.discoveryChanged()
+}
+
+// SetAllowAnyHost admits every host (allow) or only the allowed ones.
+// Connected controllers stay.
+func (s *Subsystem) SetAllowAnyHost(allow bool) {
+	s.mu.Lock()
+	s.cfg.AllowAnyHost = allow
+	s.mu.Unlock()
+	s.t.discoveryChanged()
+}

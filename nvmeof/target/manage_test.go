@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -292,4 +293,96 @@ func TestRemovedNamespaceIO(t *testing.T) {
 	sqe = make(nvmeof.SQE, 64)
 	sqe.RW().Encode(&nvmeof.RWFields{Opcode: nvmeof.IOFlush, NSID: 1})
 	wantStatus(t, io.exec(sqe, 0, nil), nvmeof.StatusInvalidNamespace.WithDNR(), "flush of the removed namespace")
+}
+
+func TestDeleteController(t *testing.T) {
+	t.Parallel()
+	for _, tr := range []Transport{TransportTCP, TransportRDMA} {
+		t.Run(string(tr), func(t *testing.T) {
+			t.Parallel()
+			tg, port := tcpTarget(t, 1<<20, tr)
+			addr := port.Addr().String()
+			c := mustHost(t, tr, addr, testNQN, hostCfg(hostNQN))
+			other := mustHost(t, tr, addr, testNQN, hostCfg(hostNQN2))
+			disc := mustHost(t, tr, addr, nvmeof.DiscoveryNQN, host.Config{HostNQN: hostNQN, HostID: testHostID})
+			if err := tg.DeleteController(testNQN, c.CNTLID()); err != nil {
+				t.Fatal(err)
+			}
+			waitDone(t, c, "controller deleted")
+			if _, ok := findController(tg, testNQN, c.CNTLID()); ok {
+				t.Fatal("deleted controller still listed")
+			}
+			alive(t, other, "the other host's controller")
+			if err := tg.DeleteController(nvmeof.DiscoveryNQN, disc.CNTLID()); err != nil {
+				t.Fatal(err)
+			}
+			waitDone(t, disc, "discovery controller deleted")
+			if cs := tg.Controllers(); len(cs) != 1 || cs[0].CNTLID != other.CNTLID() {
+				t.Fatalf("controllers after two deletions: %+v", cs)
+			}
+			err := tg.DeleteController(testNQN, c.CNTLID())
+			if err == nil || !strings.Contains(err.Error(), testNQN) || !strings.Contains(err.Error(), fmt.Sprint(c.CNTLID())) {
+				t.Fatalf("deleting it again: %v, want an error naming the subsystem and controller", err)
+			}
+			if err := tg.DeleteController("nqn.2026-11.io.rdisk:none", 1); err == nil {
+				t.Fatal("deleting a controller of an unknown subsystem succeeded")
+			}
+			// The host can connect again.
+			alive(t, mustHost(t, tr, addr, testNQN, hostCfg(hostNQN)), "reconnected")
+		})
+	}
+}
+
+func TestDisallowHost(t *testing.T) {
+	t.Parallel()
+	tg, port := tcpTarget(t, 1<<20, TransportTCP)
+	addr := port.Addr().String()
+	sub := tg.Subsystem(testNQN)
+	sub.SetAllowAnyHost(false)
+	if sub.AllowAnyHost() {
+		t.Fatal("AllowAnyHost after SetAllowAnyHost(false)")
+	}
+	if _, err := dialHost(t, TransportTCP, addr, testNQN, hostCfg(hostNQN)); err == nil {
+		t.Fatal("a host not allowed connected")
+	}
+	sub.AllowHost(hostNQN)
+	sub.AllowHost(hostNQN2)
+	c := mustHost(t, TransportTCP, addr, testNQN, hostCfg(hostNQN))
+	// Discovery lists the subsystem to allowed hosts only.
+	discovered := func(hostNQN string) bool {
+		d := mustHost(t, TransportTCP, addr, nvmeof.DiscoveryNQN, host.Config{HostNQN: hostNQN, HostID: testHostID})
+		defer d.Close()
+		log, err := d.DiscoveryLog(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(log.Entries) == 1 && log.Entries[0].SubNQN == testNQN
+	}
+	if !discovered(hostNQN) {
+		t.Fatal("the subsystem is not in the discovery log of an allowed host")
+	}
+	sub.DisallowHost(hostNQN)
+	if hs := sub.AllowedHosts(); len(hs) != 1 || hs[0] != hostNQN2 {
+		t.Fatalf("allowed hosts %v after DisallowHost, want [%s]", hs, hostNQN2)
+	}
+	alive(t, c, "the disallowed host's existing controller")
+	_, err := dialHost(t, TransportTCP, addr, testNQN, hostCfg(hostNQN))
+	if err == nil {
+		t.Fatal("a disallowed host connected")
+	}
+	if !strings.Contains(err.Error(), "Connect Invalid Host") {
+		t.Fatalf("disallowed host's connect: %v, want Connect Invalid Host", err)
+	}
+	if discovered(hostNQN) {
+		t.Fatal("the subsystem is still in the discovery log of a disallowed host")
+	}
+	mustHost(t, TransportTCP, addr, testNQN, hostCfg(hostNQN2))
+	sub.SetAllowAnyHost(true)
+	if !sub.AllowAnyHost() {
+		t.Fatal("AllowAnyHost false after SetAllowAnyHost(true)")
+	}
+	mustHost(t, TransportTCP, addr, testNQN, hostCfg(hostNQN))
+	if !discovered(hostNQN) {
+		t.Fatal("the subsystem is not in the discovery log with AllowAnyHost")
+	}
 }
