@@ -107,6 +107,10 @@ type transport interface {
 	shut()
 	// localAddr is the portal address the initiator reached.
 	localAddr() net.Addr
+	// remoteAddr is the initiator's address.
+	remoteAddr() net.Addr
+	// name is the transport's name: "tcp" or "iser".
+	name() string
 }
 
 // conn is the full feature phase of one connection, common to both
@@ -473,7 +477,7 @@ func (c *conn) startLocked(tk *task) {
 
 func (c *conn) queueLocked(tk *task) {
 	tk.state = taskQueued
-	if c.sess.node.inline[tk.lun] {
+	if c.sess.node.runsInline(tk.lun) {
 		c.inlineQ = append(c.inlineQ, tk)
 		return
 	}
@@ -524,6 +528,7 @@ func (c *conn) failData(tk *task) {
 	tk.state = taskRespond
 	c.mu.Unlock()
 	setSense(&tk.cmd, scsi.KeyAbortedCommand, 0x4b00)
+	c.sess.completed(tk)
 	c.x.respond(tk, false)
 }
 
@@ -577,6 +582,7 @@ func (c *conn) run(tk *task, inline bool) {
 	}
 	tk.state = taskRespond
 	c.mu.Unlock()
+	c.sess.completed(tk)
 	c.x.respond(tk, inline)
 }
 

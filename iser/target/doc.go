@@ -74,6 +74,18 @@
 // SNACKs are rejected (ErrorRecoveryLevel 0), a login with the ISID of a
 // live session reinstates it.
 //
+// # Management
+//
+// A serving Target can be inspected and changed: Sessions lists the
+// sessions with their connections and counters (commands completed, data
+// moved); CloseSession asks an initiator to log out (Async Message
+// "target requests logout") and drops its connection after two seconds if
+// it has not; AddTarget and RemoveTarget add and remove target nodes (the
+// sessions of a removed one end as CloseSession ends them); MapLUN and
+// UnmapLUN change a LUN map through scsi.Target.Map and Unmap (REPORTED
+// LUNS DATA HAS CHANGED unit attentions); SetAllowedInitiators and SetCHAP
+// change the access control of new logins.
+//
 // # Concurrency
 //
 // Target methods are safe for concurrent use. The package has no

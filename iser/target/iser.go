@@ -46,6 +46,7 @@ type iserConn struct {
 	timer *time.Timer
 
 	smu      sync.Mutex // StatSN order and posting
+	ffc      *conn      // x.c for control PDUs: set once the session is open
 	statSN   uint32
 	ctlFree  []int
 	ctlQ     []*ctl
@@ -191,6 +192,12 @@ func (x *iserConn) loginStep(p iser.PDU) error {
 		}
 		c.sess = s
 		x.c = c
+		// Control PDUs queued meanwhile (a management CloseSession's
+		// Async Message) go out now.
+		x.smu.Lock()
+		x.ffc = c
+		x.flushCtlLocked()
+		x.smu.Unlock()
 		log.Info("iser: session started", "type", ls.Params.SessionType, "target", ls.Params.TargetName, "send_with_inv", x.sendInv)
 	}
 	return nil
@@ -356,7 +363,10 @@ func (x *iserConn) send(p *ctl) {
 }
 
 func (x *iserConn) flushCtlLocked() {
-	c := x.c
+	c := x.ffc
+	if c == nil {
+		return // the session is not open yet (x.c may be unset)
+	}
 	for len(x.ctlQ) > 0 && len(x.ctlFree) > 0 && !x.down {
 		p := x.ctlQ[0]
 		x.ctlQ[0] = nil
@@ -393,6 +403,10 @@ func (x *iserConn) shut() {
 }
 
 func (x *iserConn) localAddr() net.Addr { return x.req.LocalAddr() }
+
+func (x *iserConn) remoteAddr() net.Addr { return x.req.RemoteAddr() }
+
+func (x *iserConn) name() string { return "iser" }
 
 type errorString string
 

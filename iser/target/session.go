@@ -2,6 +2,7 @@ package target
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdisk/rdisk/iser"
@@ -18,6 +19,30 @@ type session struct {
 	initiator string
 	scsi      *scsi.Session
 	conn      *conn
+	since     time.Time
+	// remote and local are the connection's addresses.
+	remote, local string
+
+	// SCSI commands completed and data moved: added to by the goroutine
+	// that completes a command (a worker or the receive loop), read by
+	// Target.Sessions.
+	commands, readBytes, writeBytes atomic.Uint64
+}
+
+// completed counts a command whose response is about to be sent: the
+// data-in it sends and the data-out it received.
+func (s *session) completed(tk *task) {
+	s.commands.Add(1)
+	switch tk.cmd.Dir {
+	case scsi.DirIn:
+		if n := min(tk.cmd.DataInLen, len(tk.buf)); n > 0 {
+			s.readBytes.Add(uint64(n))
+		}
+	case scsi.DirOut:
+		if n := min(tk.got, tk.expLen); n > 0 {
+			s.writeBytes.Add(uint64(n))
+		}
+	}
 }
 
 // initiatorPort is the SCSI initiator port name of an iSCSI session
@@ -29,22 +54,24 @@ func initiatorPort(name string, isid iser.ISID) string {
 // openSession turns a finished login into a session: it reinstates (drops)
 // an older session of the same initiator port and opens the I_T nexus.
 func (t *Target) openSession(ls iser.Session, id iser.LoginIdentity, c *conn) (*session, error) {
-	s := &session{t: t, tsih: ls.TSIH, isid: ls.ISID, initiator: id.InitiatorName, conn: c}
+	s := &session{t: t, tsih: ls.TSIH, isid: ls.ISID, initiator: id.InitiatorName, conn: c, since: time.Now()}
+	if a := c.x.remoteAddr(); a != nil {
+		s.remote = a.String()
+	}
+	if a := c.x.localAddr(); a != nil {
+		s.local = a.String()
+	}
 	if ls.Params.SessionType == iser.SessionDiscovery {
 		t.mu.Lock()
 		t.sessions[s.tsih] = s
 		t.mu.Unlock()
 		return s, nil
 	}
-	s.node = t.nodes[ls.Params.TargetName]
-	if s.node == nil {
-		return nil, fmt.Errorf("target %s vanished", ls.Params.TargetName)
-	}
 	port := initiatorPort(id.InitiatorName, ls.ISID)
 	cfg := scsi.SessionConfig{
 		InitiatorPort: port,
 		ProtocolID:    scsi.ProtocolISCSI,
-		TargetPort:    fmt.Sprintf("%s,t,0x%x", s.node.cfg.Name, t.cfg.PortalGroupTag),
+		TargetPort:    fmt.Sprintf("%s,t,0x%x", ls.Params.TargetName, t.cfg.PortalGroupTag),
 	}
 	for {
 		// Session reinstatement (RFC 7143 section 6.3.5): a login with
@@ -53,6 +80,14 @@ func (t *Target) openSession(ls iser.Session, id iser.LoginIdentity, c *conn) (*
 		// logins with one ISID cannot both miss each other: the second
 		// finds the first and waits for it to end.
 		t.openMu.Lock()
+		// The node is looked up under openMu: RemoveTarget takes it
+		// out and collects its sessions under openMu too, so a
+		// session either is collected or finds the node gone.
+		s.node = t.node(ls.Params.TargetName)
+		if s.node == nil {
+			t.openMu.Unlock()
+			return nil, fmt.Errorf("target %s vanished", ls.Params.TargetName)
+		}
 		t.mu.Lock()
 		var old *session
 		for _, o := range t.sessions {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdisk/rdisk/backstore"
@@ -114,17 +115,39 @@ type LUNConfig struct {
 	Unit *scsi.LU
 }
 
-// node is one exported iSCSI target.
+// node is one exported iSCSI target. Its name and SCSI target are fixed;
+// its access settings and inline marks change at run time (Target's
+// management methods) and are replaced whole, never modified.
 type node struct {
-	cfg  TargetConfig
-	scsi *scsi.Target
+	name  string
+	alias string
+	scsi  *scsi.Target
+	// access is what logins are checked against.
+	access atomic.Pointer[access]
 	// inline marks LUNs whose disk never blocks (RAM, null): their
 	// commands run on the connection's receive loop.
-	inline map[uint64]bool
+	inline atomic.Pointer[map[uint64]bool]
+}
+
+// access is the access control of a node.
+type access struct {
+	allowed      []string // initiator names; empty allows any
+	chap, mutual *iser.CHAPSecret
 }
 
 func (n *node) allowed(initiator string) bool {
-	return len(n.cfg.AllowedInitiators) == 0 || slices.Contains(n.cfg.AllowedInitiators, initiator)
+	a := n.access.Load()
+	return len(a.allowed) == 0 || slices.Contains(a.allowed, initiator)
+}
+
+// runsInline reports whether commands on lun run on the receive loop.
+func (n *node) runsInline(lun uint64) bool { return (*n.inline.Load())[lun] }
+
+// nodeSet is the exported targets: a snapshot, replaced whole under
+// Target.nodesMu and read without locks.
+type nodeSet struct {
+	byName map[string]*node
+	order  []string // configuration order, then AddTarget order
 }
 
 // Target is an iSCSI target portal that serves iSCSI over TCP and iSER on
@@ -133,8 +156,7 @@ func (n *node) allowed(initiator string) bool {
 type Target struct {
 	cfg      Config
 	log      *slog.Logger
-	nodes    map[string]*node
-	order    []string
+	nodes    atomic.Pointer[nodeSet]
 	tcpLogin iser.TargetConfig
 	rdmLogin iser.TargetConfig
 
@@ -142,7 +164,9 @@ type Target struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	openMu   sync.Mutex // serializes the nexus creation of logins (session.go)
+	// Lock order: openMu, nodesMu, mu (each may be taken alone).
+	openMu   sync.Mutex // serializes the nexus creation of logins (session.go) and RemoveTarget
+	nodesMu  sync.Mutex // serializes changes of the nodes and their LUN maps (manage.go)
 	mu       sync.Mutex
 	nextTSIH uint16
 	sessions map[uint16]*session
@@ -182,52 +206,21 @@ func New(cfg Config) (*Target, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	t := &Target{cfg: cfg, log: log, nodes: map[string]*node{}, sessions: map[uint16]*session{},
+	t := &Target{cfg: cfg, log: log, sessions: map[uint16]*session{},
 		conns: map[io.Closer]bool{}, lns: map[net.Listener]bool{}, nextTSIH: 1}
+	ns := &nodeSet{byName: map[string]*node{}}
 	for _, tc := range cfg.Targets {
-		if err := checkName(tc.Name); err != nil {
-			return nil, err
-		}
-		if _, dup := t.nodes[tc.Name]; dup {
+		if _, dup := ns.byName[tc.Name]; dup {
 			return nil, fmt.Errorf("iscsi target: target %s configured twice", tc.Name)
 		}
-		n := &node{cfg: tc, scsi: scsi.NewTarget(scsi.TargetConfig{Name: tc.Name}), inline: map[uint64]bool{}}
-		for _, l := range tc.LUNs {
-			if l.Unit != nil {
-				if err := n.scsi.Map(l.LUN, l.Unit); err != nil {
-					return nil, fmt.Errorf("iscsi target %s LUN %d: %w", tc.Name, l.LUN, err)
-				}
-				if backstore.TraitsOf(l.Unit.Disk()).Waits == backstore.WaitsNever {
-					n.inline[l.LUN] = !cfg.NoInline
-				}
-				continue
-			}
-			lc := l.LU
-			if lc.MaxTransferBlocks == 0 && l.Disk != nil {
-				lc.MaxTransferBlocks = uint32(cfg.MaxTransfer / l.Disk.BlockSize())
-			}
-			if lc.MaxWriteSameBlocks == 0 {
-				// As LIO: libiscsi and Linux then split long WRITE
-				// SAMEs, and nothing writes 32 MiB in one command.
-				lc.MaxWriteSameBlocks = 0xffff
-			}
-			if lc.Name == "" {
-				lc.Name = fmt.Sprintf("%s/%d", tc.Name, l.LUN)
-			}
-			lu, err := scsi.NewLU(l.Disk, lc)
-			if err != nil {
-				return nil, fmt.Errorf("iscsi target %s LUN %d: %w", tc.Name, l.LUN, err)
-			}
-			if err := n.scsi.Map(l.LUN, lu); err != nil {
-				return nil, fmt.Errorf("iscsi target %s LUN %d: %w", tc.Name, l.LUN, err)
-			}
-			if backstore.TraitsOf(l.Disk).Waits == backstore.WaitsNever {
-				n.inline[l.LUN] = !cfg.NoInline
-			}
+		n, err := t.newNode(tc)
+		if err != nil {
+			return nil, err
 		}
-		t.nodes[tc.Name] = n
-		t.order = append(t.order, tc.Name)
+		ns.byName[tc.Name] = n
+		ns.order = append(ns.order, tc.Name)
 	}
+	t.nodes.Store(ns)
 	set := iser.DefaultSettings()
 	if cfg.Settings != nil {
 		set = *cfg.Settings
@@ -251,6 +244,103 @@ func New(cfg Config) (*Target, error) {
 	return t, nil
 }
 
+// newNode checks a target's configuration and creates its SCSI target and
+// logical units.
+func (t *Target) newNode(tc TargetConfig) (*node, error) {
+	if err := checkName(tc.Name); err != nil {
+		return nil, err
+	}
+	acc, err := checkAccess(tc.Name, tc.AllowedInitiators, tc.CHAP, tc.MutualCHAP)
+	if err != nil {
+		return nil, err
+	}
+	n := &node{name: tc.Name, alias: tc.Alias, scsi: scsi.NewTarget(scsi.TargetConfig{Name: tc.Name})}
+	n.access.Store(acc)
+	inline := map[uint64]bool{}
+	for _, l := range tc.LUNs {
+		if l.Unit != nil {
+			if err := n.scsi.Map(l.LUN, l.Unit); err != nil {
+				n.unmapAll()
+				return nil, fmt.Errorf("iscsi target %s LUN %d: %w", tc.Name, l.LUN, err)
+			}
+			if t.inlineFor(l.Unit) {
+				inline[l.LUN] = true
+			}
+			continue
+		}
+		lc := l.LU
+		if lc.MaxTransferBlocks == 0 && l.Disk != nil {
+			lc.MaxTransferBlocks = uint32(t.cfg.MaxTransfer / l.Disk.BlockSize())
+		}
+		if lc.MaxWriteSameBlocks == 0 {
+			// As LIO: libiscsi and Linux then split long WRITE
+			// SAMEs, and nothing writes 32 MiB in one command.
+			lc.MaxWriteSameBlocks = 0xffff
+		}
+		if lc.Name == "" {
+			lc.Name = fmt.Sprintf("%s/%d", tc.Name, l.LUN)
+		}
+		lu, err := scsi.NewLU(l.Disk, lc)
+		if err != nil {
+			n.unmapAll()
+			return nil, fmt.Errorf("iscsi target %s LUN %d: %w", tc.Name, l.LUN, err)
+		}
+		if err := n.scsi.Map(l.LUN, lu); err != nil {
+			n.unmapAll()
+			return nil, fmt.Errorf("iscsi target %s LUN %d: %w", tc.Name, l.LUN, err)
+		}
+		if t.inlineFor(lu) {
+			inline[l.LUN] = true
+		}
+	}
+	n.inline.Store(&inline)
+	return n, nil
+}
+
+// inlineFor reports whether commands on lu run on the receive loop: its
+// disk never blocks and Config.NoInline is not set.
+func (t *Target) inlineFor(lu *scsi.LU) bool {
+	return !t.cfg.NoInline && backstore.TraitsOf(lu.Disk()).Waits == backstore.WaitsNever
+}
+
+// unmapAll unmaps every LUN of a node that is being given up, so that its
+// logical units can be mapped elsewhere.
+func (n *node) unmapAll() {
+	for _, lun := range n.scsi.LUNs() {
+		n.scsi.Unmap(lun)
+	}
+}
+
+// checkAccess checks a target's ACL and CHAP identities.
+func checkAccess(name string, allowed []string, chap, mutual *iser.CHAPSecret) (*access, error) {
+	for _, a := range allowed {
+		if a == "" || strings.ContainsAny(a, " \t\r\n") {
+			return nil, fmt.Errorf("iscsi target %s: allowed initiator %q: want a name without spaces", name, a)
+		}
+	}
+	if mutual != nil && chap == nil {
+		return nil, fmt.Errorf("iscsi target %s: mutual CHAP needs CHAP", name)
+	}
+	for _, c := range []*iser.CHAPSecret{chap, mutual} {
+		if c != nil && (c.User == "" || c.Secret == "") {
+			return nil, fmt.Errorf("iscsi target %s: a CHAP identity needs a user and a secret", name)
+		}
+	}
+	a := &access{allowed: slices.Clone(allowed)}
+	if chap != nil {
+		c := *chap
+		a.chap = &c
+	}
+	if mutual != nil {
+		c := *mutual
+		a.mutual = &c
+	}
+	return a, nil
+}
+
+// node returns the exported target named name, or nil.
+func (t *Target) node(name string) *node { return t.nodes.Load().byName[name] }
+
 // checkName accepts iqn., eui. and naa. names of printable ASCII.
 func checkName(name string) error {
 	if name == "" || len(name) > 223 {
@@ -270,30 +360,31 @@ func checkName(name string) error {
 // SCSITarget returns the SCSI target device of an iSCSI target, for
 // management (mapping LUNs at run time), or nil.
 func (t *Target) SCSITarget(name string) *scsi.Target {
-	if n := t.nodes[name]; n != nil {
+	if n := t.node(name); n != nil {
 		return n.scsi
 	}
 	return nil
 }
 
 // TargetNames returns the names of the exported targets in configuration
-// order.
-func (t *Target) TargetNames() []string { return slices.Clone(t.order) }
+// order (then in the order AddTarget added them).
+func (t *Target) TargetNames() []string { return slices.Clone(t.nodes.Load().order) }
 
 // resolve is the login engines' Resolve: target lookup and ACLs.
 func (t *Target) resolve(id iser.LoginIdentity) (iser.TargetInfo, error) {
 	if id.SessionType == iser.SessionDiscovery {
 		return iser.TargetInfo{CHAP: t.cfg.DiscoveryCHAP, MutualCHAP: t.cfg.DiscoveryMutualCHAP}, nil
 	}
-	n := t.nodes[id.TargetName]
+	n := t.node(id.TargetName)
 	if n == nil {
 		return iser.TargetInfo{}, iser.LoginNotFound
 	}
-	if !n.allowed(id.InitiatorName) {
+	a := n.access.Load()
+	if len(a.allowed) > 0 && !slices.Contains(a.allowed, id.InitiatorName) {
 		return iser.TargetInfo{}, fmt.Errorf("initiator %s is not in the ACL: %w", id.InitiatorName, iser.LoginForbidden)
 	}
-	return iser.TargetInfo{Name: n.cfg.Name, Alias: n.cfg.Alias, PortalGroupTag: t.cfg.PortalGroupTag,
-		CHAP: n.cfg.CHAP, MutualCHAP: n.cfg.MutualCHAP}, nil
+	return iser.TargetInfo{Name: n.name, Alias: n.alias, PortalGroupTag: t.cfg.PortalGroupTag,
+		CHAP: a.chap, MutualCHAP: a.mutual}, nil
 }
 
 // sendTargets answers a SendTargets query for an initiator that reached
@@ -306,8 +397,9 @@ func (t *Target) sendTargets(initiator string, local net.Addr, query string) []i
 		}
 	}
 	var recs []iser.TargetRecord
-	for _, name := range t.order {
-		n := t.nodes[name]
+	ns := t.nodes.Load()
+	for _, name := range ns.order {
+		n := ns.byName[name]
 		if !n.allowed(initiator) || (query != "All" && query != name) {
 			continue
 		}

@@ -334,6 +334,10 @@ func (tc *tcpConn) enqueue(it txItem) {
 
 func (tc *tcpConn) localAddr() net.Addr { return tc.nc.LocalAddr() }
 
+func (tc *tcpConn) remoteAddr() net.Addr { return tc.nc.RemoteAddr() }
+
+func (tc *tcpConn) name() string { return "tcp" }
+
 // shut implements transport.
 func (tc *tcpConn) shut() {
 	tc.shutOnce.Do(func() {
