@@ -223,3 +223,47 @@ func (s *Subsystem) SetAllowAnyHost(allow bool) {
 	s.mu.Unlock()
 	s.t.discoveryChanged()
 }
+
+// RemovePort stops listening on port id and ends every connection and
+// queue accepted on it, the controllers whose admin queue came through it
+// with their other queues, and forgets it (AddPort may then reuse its ID
+// and address). It returns once the port's connections are gone. The
+// discovery controllers of other ports get a discovery change event.
+func (t *Target) RemovePort(id uint16) error {
+	t.mu.Lock()
+	p := t.ports[id]
+	if p == nil {
+		t.mu.Unlock()
+		return fmt.Errorf("port %d not found", id)
+	}
+	delete(t.ports, id)
+	t.mu.Unlock()
+	// The port's context ends its connections (and queues) at every
+	// stage: accepting, connecting, running (as Target.Close does).
+	p.cancel()
+	p.ln.Close()
+	reason := fmt.Sprintf("port %d removed", id)
+	for _, s := range t.subsystems(true) {
+		s.teardownControllers(func(c *controller) bool { return c.port == p }, reason)
+	}
+	p.wg.Wait()
+	t.log.Info("nvmeof: port removed", "port", id, "addr", p.ln.Addr())
+	t.discoveryChanged()
+	return nil
+}
+
+// teardownControllers tears down the controllers for which match (nil:
+// all) is true.
+func (s *Subsystem) teardownControllers(match func(*controller) bool, reason string) {
+	s.mu.RLock()
+	var cs []*controller
+	for _, c := range s.ctrls {
+		if match == nil || match(c) {
+			cs = append(cs, c)
+		}
+	}
+	s.mu.RUnlock()
+	for _, c := range cs {
+		c.teardown(reason)
+	}
+}

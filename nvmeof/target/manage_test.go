@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
+	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -384,5 +387,135 @@ func TestDisallowHost(t *testing.T) {
 	mustHost(t, TransportTCP, addr, testNQN, hostCfg(hostNQN))
 	if !discovered(hostNQN) {
 		t.Fatal("the subsystem is not in the discovery log with AllowAnyHost")
+	}
+}
+
+func TestRemovePort(t *testing.T) {
+	t.Parallel()
+	for _, tr := range []Transport{TransportTCP, TransportRDMA, TransportBoth} {
+		t.Run(string(tr), func(t *testing.T) {
+			t.Parallel()
+			tg, port := tcpTarget(t, 1<<20, tr)
+			addr := port.Addr().String()
+			sub := tg.Subsystem(testNQN)
+			c := mustHost(t, tr, addr, testNQN, hostCfg(hostNQN))
+			disc := mustHost(t, tr, addr, nvmeof.DiscoveryNQN, host.Config{HostNQN: hostNQN, HostID: testHostID})
+			// A connection that has sent nothing yet ends too (without
+			// waiting for the setup timeout). Not on an RDMA port: there
+			// the provider holds it (the iWARP listener's Close waits
+			// for the MPA handshakes it has under way, up to their
+			// timeout).
+			var idle net.Conn
+			if tr != TransportRDMA {
+				var err error
+				if idle, err = net.Dial("tcp", addr); err != nil {
+					t.Fatal(err)
+				}
+				defer idle.Close()
+			}
+			// Another port and its host stay.
+			p2, err := tg.AddPort(PortConfig{ID: 2, Addr: "127.0.0.1:0", Transport: TransportTCP})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p2.LinkSubsystem(sub)
+			c2 := mustHost(t, TransportTCP, p2.Addr().String(), testNQN, hostCfg(hostNQN2))
+
+			if err := tg.RemovePort(1); err != nil {
+				t.Fatal(err)
+			}
+			waitDone(t, c, "port removed")
+			waitDone(t, disc, "port removed (discovery controller)")
+			if idle != nil {
+				idle.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if _, err := idle.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Fatalf("idle connection of the removed port: read %v, want it closed", err)
+				}
+			}
+			if cs := tg.Controllers(); len(cs) != 1 || cs[0].PortID != 2 {
+				t.Fatalf("controllers after removing port 1: %+v", cs)
+			}
+			alive(t, c2, "the other port's controller")
+			if tg.Port(1) != nil || len(tg.Ports()) != 1 || tg.Ports()[0] != p2 {
+				t.Fatalf("Port(1) %v, ports %v after removing port 1", tg.Port(1), tg.Ports())
+			}
+			if nc, err := net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
+				nc.Close()
+				t.Fatal("the removed port's address still accepts connections")
+			}
+			if _, err := dialHost(t, tr, addr, testNQN, hostCfg(hostNQN)); err == nil {
+				t.Fatal("a host connected through the removed port")
+			}
+			if err := tg.RemovePort(1); err == nil {
+				t.Fatal("removing port 1 again succeeded")
+			}
+			// The ID and the address serve again.
+			np, err := tg.AddPort(PortConfig{ID: 1, Addr: addr, Transport: tr})
+			if err != nil {
+				t.Fatalf("adding port 1 back on %s: %v", addr, err)
+			}
+			np.LinkSubsystem(sub)
+			alive(t, mustHost(t, tr, addr, testNQN, hostCfg(hostNQN)), "connected through the port added back")
+		})
+	}
+}
+
+// TestRemovePortDiscoveryAEN: removing a port raises a discovery change
+// event on the discovery controllers of other ports.
+func TestRemovePortDiscoveryAEN(t *testing.T) {
+	t.Parallel()
+	tg, _, addr := testTarget(t, 1<<20)
+	if _, err := tg.AddPort(PortConfig{ID: 2, Addr: "127.0.0.1:0", Transport: TransportTCP}); err != nil {
+		t.Fatal(err)
+	}
+	done := discoveryAER(t, tg, addr)
+	if err := tg.RemovePort(2); err != nil {
+		t.Fatal(err)
+	}
+	waitDiscoveryAEN(t, done, "removing port 2")
+}
+
+// discoveryAER connects a discovery controller at addr (NVMe/RDMA),
+// enables discovery change events and posts an Asynchronous Event Request,
+// whose completion the channel delivers.
+func discoveryAER(t *testing.T, tg *Target, addr string) <-chan nvmeof.CQEFields {
+	t.Helper()
+	aq, _ := admin(t, addr, nvmeof.DiscoveryNQN, hostNQN, 0)
+	sqe := make(nvmeof.SQE, 64)
+	sqe.Features().Encode(&nvmeof.FeaturesFields{Opcode: nvmeof.AdminSetFeatures, FID: nvmeof.FeatAsyncEventConfig, CDW11: nvmeof.AENConfigDiscoveryChange})
+	must(t, aq.exec(sqe, 0, nil), "AEN config")
+	aer := make(nvmeof.SQE, 64)
+	aer[0] = nvmeof.AdminAsyncEvent
+	done := make(chan nvmeof.CQEFields, 1)
+	go func() { done <- aq.exec(aer, 0, nil) }()
+	// The AER is parked once the target holds it.
+	eventually(t, "AER not parked", func() bool {
+		tg.mu.Lock()
+		defer tg.mu.Unlock()
+		for c := range tg.disc {
+			c.mu.Lock()
+			n := len(c.aers)
+			c.mu.Unlock()
+			if n > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	return done
+}
+
+// waitDiscoveryAEN waits for the AER of discoveryAER to complete with a
+// discovery change notice.
+func waitDiscoveryAEN(t *testing.T, done <-chan nvmeof.CQEFields, what string) {
+	t.Helper()
+	select {
+	case f := <-done:
+		ev := nvmeof.ParseAsyncEvent(uint32(f.Result))
+		if f.Status != nvmeof.StatusSuccess || ev.Info != nvmeof.NoticeDiscoveryChanged || ev.LogPage != nvmeof.LogDiscovery {
+			t.Fatalf("%s: AER completion %+v event %+v", what, f, ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: no discovery change event", what)
 	}
 }

@@ -49,18 +49,14 @@ func (t *Target) listenRDMA(addr string) (portListener, error) {
 // serve implements portListener: each connection request is one queue.
 func (l rdmaListener) serve(p *Port) {
 	for {
-		req, err := l.Accept(p.t.ctx)
+		req, err := l.Accept(p.ctx)
 		if err != nil {
 			if !errors.Is(err, context.Canceled) && !errors.Is(err, rdma.ErrClosed) {
 				p.t.log.Warn("nvmeof: accept failed", "port", p.cfg.ID, "err", err)
 			}
 			return
 		}
-		p.t.wg.Add(1)
-		go func() {
-			defer p.t.wg.Done()
-			p.serveConn(req)
-		}()
+		p.goServe(func() { p.serveConn(req) })
 	}
 }
 
@@ -103,19 +99,15 @@ func (p *Port) serveConn(req rdma.ConnRequest) {
 	}
 	acc := make([]byte, nvmeof.CMAcceptSize)
 	nvmeof.CMAccept(acc).Encode(&nvmeof.CMAcceptFields{RecFmt: nvmeof.CMRecFmt, CRQSize: uint16(q.sq.depth)})
-	if err := req.Accept(t.ctx, q.tq.QP(), rdma.ConnParam{PrivateData: acc, ResponderResources: 1}); err != nil {
+	if err := req.Accept(p.ctx, q.tq.QP(), rdma.ConnParam{PrivateData: acc, ResponderResources: 1}); err != nil {
 		t.log.Info("nvmeof: accept failed", "peer", req.RemoteAddr(), "err", err)
 		return
 	}
 	t.addQueue(q.sq)
 	defer t.removeQueue(q.sq)
 	t.log.Debug("nvmeof: queue connected", "qid", q.sq.qid, "depth", q.sq.depth, "peer", req.RemoteAddr())
-	err = q.tq.Run(t.ctx)
-	reason := "target closing"
-	if t.ctx.Err() == nil && err != nil {
-		reason = err.Error()
-	}
-	q.sq.shutdown(reason)
+	err = q.tq.Run(p.ctx)
+	q.sq.shutdown(p.endReason(err))
 }
 
 func rejectCM(req rdma.ConnRequest, st nvmeof.CMStatus) {

@@ -154,6 +154,12 @@ type Port struct {
 	ln   portListener
 	host string
 	svc  string
+	// ctx ends with the port (Target.RemovePort) or the target: the
+	// port's connections and queues end with it. wg counts the port's
+	// goroutines (accept loop, connections).
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 
 	mu   sync.Mutex
 	subs []*Subsystem
@@ -248,16 +254,45 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 		}
 	}
 	p := &Port{t: t, cfg: cfg, ln: ln, host: host, svc: svc}
+	p.ctx, p.cancel = context.WithCancel(t.ctx)
 	t.mu.Lock()
+	if _, dup := t.ports[cfg.ID]; dup {
+		// Added meanwhile by another call.
+		t.mu.Unlock()
+		p.cancel()
+		ln.Close()
+		return nil, fmt.Errorf("port %d already exists", cfg.ID)
+	}
 	t.ports[cfg.ID] = p
 	t.mu.Unlock()
-	t.wg.Add(1)
-	go func() {
-		defer t.wg.Done()
-		ln.serve(p)
-	}()
+	p.goServe(func() { ln.serve(p) })
 	t.log.Info("nvmeof: port listening", "port", cfg.ID, "addr", ln.Addr(), "transport", p.Transport())
 	return p, nil
+}
+
+// goServe runs f on a goroutine of the port (and of the target).
+func (p *Port) goServe(f func()) {
+	p.t.wg.Add(1)
+	p.wg.Add(1)
+	go func() {
+		defer p.t.wg.Done()
+		defer p.wg.Done()
+		f()
+	}()
+}
+
+// endReason names why a connection of the port ended: err, unless the
+// port or the target is closing.
+func (p *Port) endReason(err error) string {
+	switch {
+	case p.t.ctx.Err() != nil:
+		return "target closing"
+	case p.ctx.Err() != nil:
+		return "port removed"
+	case err != nil:
+		return err.Error()
+	}
+	return "closed"
 }
 
 // Subsystems lists the NQNs of the subsystems p exports.

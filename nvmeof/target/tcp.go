@@ -83,11 +83,7 @@ func (l *tcpListener) serve(p *Port) {
 			}
 			return
 		}
-		p.t.wg.Add(1)
-		go func() {
-			defer p.t.wg.Done()
-			p.serveStream(c, l.sp)
-		}()
+		p.goServe(func() { p.serveStream(c, l.sp) })
 	}
 }
 
@@ -104,7 +100,7 @@ func (l *tcpListener) trTypes() []uint8 {
 func (p *Port) serveStream(c net.Conn, sp rdma.StreamProvider) {
 	t := p.t
 	defer c.Close()
-	stop := context.AfterFunc(t.ctx, func() { c.Close() })
+	stop := context.AfterFunc(p.ctx, func() { c.Close() })
 	defer stop()
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
@@ -120,7 +116,7 @@ func (p *Port) serveStream(c net.Conn, sp rdma.StreamProvider) {
 		if sp.IsConnRequest(rd.Buffered()[:sp.ConnRequestPrefix()]) {
 			rest := slices.Clone(rd.Buffered())
 			c.SetReadDeadline(time.Time{})
-			req, err := sp.ServeConn(t.ctx, c, rest)
+			req, err := sp.ServeConn(p.ctx, c, rest)
 			if err != nil {
 				t.log.Info("nvmeof: RDMA connection request failed", "peer", c.RemoteAddr(), "err", err)
 				return
@@ -131,12 +127,7 @@ func (p *Port) serveStream(c net.Conn, sp rdma.StreamProvider) {
 	}
 	q := &tcpQueue{p: p, c: c, rd: rd}
 	rd.BeforeRead = q.beforeRead
-	err := q.run()
-	reason := "target closing"
-	if t.ctx.Err() == nil && err != nil {
-		reason = err.Error()
-	}
-	q.end(reason)
+	q.end(p.endReason(q.run()))
 }
 
 // tcpReq is a request slot's state in the TCP binding.
