@@ -38,6 +38,12 @@
 // core's aborts and resets on their own goroutine; commands not yet in the
 // core (RDMA Read in flight, queued) are dropped by the transport.
 //
+// Live management: Target.Ports and Target.Channels list the ports and
+// the logged-in channels (with counters of commands answered and data
+// moved); CloseChannel logs one channel out (SRP_T_LOGOUT, then a
+// disconnect); Port.SetACL replaces a port's ACL for new logins;
+// Port.LUNs lists its LUN map.
+//
 // One goroutine per channel polls its CQ, parses IUs and posts RDMA
 // operations; commands on disks that never block (RAM, null) run there,
 // others on Config.Workers goroutines per channel. Target and Port methods

@@ -269,14 +269,20 @@ func parseACL(entries []string) ([]aclEntry, error) {
 // and its logged-in I_T nexuses. Its methods are safe for concurrent use.
 type Port struct {
 	t   *Target
-	cfg PortConfig
+	cfg PortConfig // its ACL fields as AddPort got them: see acl
 	id  srp.PortID
 	st  *scsi.Target
-	acl []aclEntry
+	acl atomic.Pointer[portACL] // replaced whole by SetACL
 
 	mu      sync.Mutex
 	nexuses map[srp.PortID]*nexus
 	removed bool
+}
+
+// portACL is the access control of a port.
+type portACL struct {
+	any     bool
+	entries []aclEntry
 }
 
 // nexus is an I_T nexus: the channels of one initiator port on one target
@@ -303,7 +309,8 @@ func (t *Target) AddPort(pc PortConfig) (*Port, error) {
 	if st == nil {
 		st = scsi.NewTarget(scsi.TargetConfig{Name: id.String()})
 	}
-	p := &Port{t: t, cfg: pc, id: id, st: st, acl: acl, nexuses: map[srp.PortID]*nexus{}}
+	p := &Port{t: t, cfg: pc, id: id, st: st, nexuses: map[srp.PortID]*nexus{}}
+	p.acl.Store(&portACL{any: pc.AllowAnyInitiator, entries: acl})
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -544,7 +551,8 @@ func (p *Port) logoutAll(r srp.TLogoutReason) []*channel {
 
 // allowed checks the ACL.
 func (p *Port) allowed(ipid srp.PortID, remote net.Addr) bool {
-	if p.cfg.AllowAnyInitiator {
+	acl := p.acl.Load()
+	if acl.any {
 		return true
 	}
 	var rip net.IP
@@ -555,7 +563,7 @@ func (p *Port) allowed(ipid srp.PortID, remote net.Addr) bool {
 			rip = net.ParseIP(h)
 		}
 	}
-	for _, e := range p.acl {
+	for _, e := range acl.entries {
 		switch {
 		case e.isID && e.id == ipid:
 			return true

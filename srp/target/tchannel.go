@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdisk/rdisk/internal/workers"
@@ -103,6 +104,11 @@ type channel struct {
 	immOff int // immediate data offset, 0 without immediate data
 	pool   *workers.Pool[*slot]
 	wg     sync.WaitGroup // task management goroutines
+	since  time.Time      // when the login arrived
+
+	// SCSI commands answered and data moved: added to by the goroutine
+	// that owns the slot (the loop or a worker), read by Target.Channels.
+	commands, readBytes, writeBytes atomic.Uint64
 
 	mu         sync.Mutex
 	pending    int32 // credits freed but not yet returned to the initiator
@@ -138,7 +144,7 @@ func (t *Target) newChannel(prov rdma.Provider, p *Port, f srp.LoginReqFields, i
 	cfg := &t.cfg
 	ch := &channel{
 		t: t, port: p, id: t.chanID.Add(1), ipid: f.InitiatorPortID, peer: peer,
-		depth: cfg.QueueDepth, iuLen: int(f.ReqITIULen), immOff: immOff, ended: make(chan struct{}),
+		depth: cfg.QueueDepth, iuLen: int(f.ReqITIULen), immOff: immOff, ended: make(chan struct{}), since: time.Now(),
 	}
 	ch.log = t.log.With("channel", ch.id)
 	ch.ctx, ch.cancel = context.WithCancel(t.ctx)

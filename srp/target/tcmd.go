@@ -288,6 +288,10 @@ func (ch *channel) exec(s *slot) {
 	s.R.state = slotExecuting
 	ch.mu.Unlock()
 	c := &s.R.cmd
+	if c.Dir == scsi.DirOut {
+		// The data-out is in (RDMA Read or immediate data).
+		ch.writeBytes.Add(uint64(len(c.DataOut)))
+	}
 	switch ab {
 	case abortSilent:
 		ch.silent(s)
@@ -335,6 +339,7 @@ func (ch *channel) fail(s *slot, key scsi.SenseKey, asc scsi.ASC, field int) {
 // do, so the credit the response returns is always backed by a buffer.
 func (ch *channel) respond(s *slot) {
 	c := &s.R.cmd
+	ch.commands.Add(1)
 	if c.Dir == scsi.DirIn && c.DataInLen > 0 {
 		off := 0
 		for _, d := range s.R.data.Descs {
@@ -348,6 +353,7 @@ func (ch *channel) respond(s *slot) {
 			}
 			off += n
 		}
+		ch.readBytes.Add(uint64(off))
 	}
 	f := srp.RspFields{Tag: s.R.tag, Status: uint8(c.Status)}
 	if k := c.ResidualKind; k != scsi.ResidualNone {
