@@ -267,3 +267,65 @@ func (s *Subsystem) teardownControllers(match func(*controller) bool, reason str
 		c.teardown(reason)
 	}
 }
+
+// UnlinkSubsystem stops exporting subsystem nqn through p, as nvmet does
+// when ports/<id>/subsystems/<nqn> is removed: the subsystem's controllers
+// that came through p are disconnected (those of other ports stay) and the
+// discovery controllers get a discovery change event.
+func (p *Port) UnlinkSubsystem(nqn string) error {
+	s := p.unlink(func(s *Subsystem) bool { return s.cfg.NQN == nqn })
+	if s == nil {
+		return fmt.Errorf("port %d does not export subsystem %s", p.cfg.ID, nqn)
+	}
+	// A Connect that found the link before it went checks it again once
+	// its controller is registered (fabrics.go): the controller is
+	// either torn down here or refused there.
+	s.teardownControllers(func(c *controller) bool { return c.port == p }, fmt.Sprintf("subsystem unlinked from port %d", p.cfg.ID))
+	p.t.log.Info("nvmeof: subsystem unlinked", "port", p.cfg.ID, "subsystem", nqn)
+	p.t.discoveryChanged()
+	return nil
+}
+
+// unlink drops the link to the subsystem match picks and returns it, or
+// nil.
+func (p *Port) unlink(match func(*Subsystem) bool) *Subsystem {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := slices.IndexFunc(p.subs, match)
+	if i < 0 {
+		return nil
+	}
+	s := p.subs[i]
+	p.subs = slices.Delete(p.subs, i, i+1)
+	return s
+}
+
+// RemoveSubsystem unlinks subsystem nqn from every port, disconnects its
+// controllers and forgets it: AddSubsystem may then create one with the
+// same NQN. Its disks stay open (they are the caller's).
+func (t *Target) RemoveSubsystem(nqn string) error {
+	t.mu.Lock()
+	s := t.subs[nqn]
+	if s == nil {
+		t.mu.Unlock()
+		return fmt.Errorf("subsystem %s not found", nqn)
+	}
+	delete(t.subs, nqn)
+	ports := make([]*Port, 0, len(t.ports))
+	for _, p := range t.ports {
+		ports = append(ports, p)
+	}
+	t.mu.Unlock()
+	// Removed first, so that a concurrent LinkSubsystem either links it
+	// before the unlinking below or sees it removed.
+	s.mu.Lock()
+	s.removed = true
+	s.mu.Unlock()
+	for _, p := range ports {
+		p.unlink(func(x *Subsystem) bool { return x == s })
+	}
+	s.teardownControllers(nil, "subsystem removed")
+	t.log.Info("nvmeof: subsystem removed", "subsystem", nqn)
+	t.discoveryChanged()
+	return nil
+}

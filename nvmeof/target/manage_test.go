@@ -460,35 +460,63 @@ func TestRemovePort(t *testing.T) {
 	}
 }
 
-// TestRemovePortDiscoveryAEN: removing a port raises a discovery change
-// event on the discovery controllers of other ports.
-func TestRemovePortDiscoveryAEN(t *testing.T) {
+// TestDiscoveryChangeAEN: each management call that changes what
+// discovery reports raises a discovery change event on the discovery
+// controllers of other ports.
+func TestDiscoveryChangeAEN(t *testing.T) {
 	t.Parallel()
-	tg, _, addr := testTarget(t, 1<<20)
-	if _, err := tg.AddPort(PortConfig{ID: 2, Addr: "127.0.0.1:0", Transport: TransportTCP}); err != nil {
+	tg, sub, addr := testTarget(t, 1<<20)
+	p2, err := tg.AddPort(PortConfig{ID: 2, Addr: "127.0.0.1:0", Transport: TransportTCP})
+	if err != nil {
 		t.Fatal(err)
 	}
-	done := discoveryAER(t, tg, addr)
-	if err := tg.RemovePort(2); err != nil {
+	p2.LinkSubsystem(sub)
+	s2, err := tg.AddSubsystem(SubsystemConfig{NQN: testNQN + "-2", AllowAnyHost: true})
+	if err != nil {
 		t.Fatal(err)
 	}
-	waitDiscoveryAEN(t, done, "removing port 2")
+	aq := discoveryAdmin(t, addr)
+	for _, c := range []struct {
+		what string
+		do   func() error
+	}{
+		{"UnlinkSubsystem", func() error { return p2.UnlinkSubsystem(testNQN) }},
+		{"DisallowHost", func() error { sub.DisallowHost(hostNQN); return nil }},
+		{"SetAllowAnyHost", func() error { sub.SetAllowAnyHost(false); return nil }},
+		{"RemovePort", func() error { return tg.RemovePort(2) }},
+		{"RemoveSubsystem", func() error { return tg.RemoveSubsystem(s2.NQN()) }},
+	} {
+		done := postAER(t, tg, aq)
+		if err := c.do(); err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		waitDiscoveryAEN(t, done, c.what)
+		// Reading the log re-arms the event.
+		sqe := make(nvmeof.SQE, 64)
+		sqe.GetLogPage().Encode(&nvmeof.GetLogPageFields{LID: nvmeof.LogDiscovery, NUMD: nvmeof.NUMDForLength(4096)})
+		must(t, aq.exec(sqe, 4096, nil), "discovery log")
+	}
 }
 
-// discoveryAER connects a discovery controller at addr (NVMe/RDMA),
-// enables discovery change events and posts an Asynchronous Event Request,
-// whose completion the channel delivers.
-func discoveryAER(t *testing.T, tg *Target, addr string) <-chan nvmeof.CQEFields {
+// discoveryAdmin connects a discovery controller at addr (NVMe/RDMA) and
+// enables discovery change events.
+func discoveryAdmin(t *testing.T, addr string) *tq {
 	t.Helper()
 	aq, _ := admin(t, addr, nvmeof.DiscoveryNQN, hostNQN, 0)
 	sqe := make(nvmeof.SQE, 64)
 	sqe.Features().Encode(&nvmeof.FeaturesFields{Opcode: nvmeof.AdminSetFeatures, FID: nvmeof.FeatAsyncEventConfig, CDW11: nvmeof.AENConfigDiscoveryChange})
 	must(t, aq.exec(sqe, 0, nil), "AEN config")
+	return aq
+}
+
+// postAER posts an Asynchronous Event Request on aq, whose completion the
+// channel delivers, and waits until the target holds it.
+func postAER(t *testing.T, tg *Target, aq *tq) <-chan nvmeof.CQEFields {
+	t.Helper()
 	aer := make(nvmeof.SQE, 64)
 	aer[0] = nvmeof.AdminAsyncEvent
 	done := make(chan nvmeof.CQEFields, 1)
 	go func() { done <- aq.exec(aer, 0, nil) }()
-	// The AER is parked once the target holds it.
 	eventually(t, "AER not parked", func() bool {
 		tg.mu.Lock()
 		defer tg.mu.Unlock()
@@ -518,4 +546,143 @@ func waitDiscoveryAEN(t *testing.T, done <-chan nvmeof.CQEFields, what string) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("%s: no discovery change event", what)
 	}
+}
+
+// discoveredVia lists the subsystems discovery at addr reports to hostNQN.
+func discoveredVia(t *testing.T, addr, hostNQN string) []string {
+	t.Helper()
+	d := mustHost(t, TransportTCP, addr, nvmeof.DiscoveryNQN, host.Config{HostNQN: hostNQN, HostID: testHostID})
+	defer d.Close()
+	log, err := d.DiscoveryLog(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nqns []string
+	for _, e := range log.Entries {
+		nqns = append(nqns, e.SubNQN)
+	}
+	return nqns
+}
+
+// addSubsystem adds an open subsystem with a RAM namespace 1 to tg and
+// links it to ports.
+func addSubsystem(t *testing.T, tg *Target, nqn string, ports ...*Port) *Subsystem {
+	t.Helper()
+	s, err := tg.AddSubsystem(SubsystemConfig{NQN: nqn, AllowAnyHost: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk, err := backstore.NewMem(1<<20, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddNamespace(NamespaceConfig{NSID: 1, Disk: disk}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ports {
+		p.LinkSubsystem(s)
+	}
+	return s
+}
+
+func TestUnlinkSubsystem(t *testing.T) {
+	t.Parallel()
+	tg, p1 := tcpTarget(t, 1<<20, TransportTCP)
+	a := tg.Subsystem(testNQN)
+	p2, err := tg.AddPort(PortConfig{ID: 2, Addr: "127.0.0.1:0", Transport: TransportTCP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2.LinkSubsystem(a)
+	bNQN := testNQN + "-b"
+	addSubsystem(t, tg, bNQN, p1)
+	addr1, addr2 := p1.Addr().String(), p2.Addr().String()
+	a1 := mustHost(t, TransportTCP, addr1, testNQN, hostCfg(hostNQN))
+	a2 := mustHost(t, TransportTCP, addr2, testNQN, hostCfg(hostNQN))
+	b1 := mustHost(t, TransportTCP, addr1, bNQN, hostCfg(hostNQN))
+	if got := discoveredVia(t, addr1, hostNQN); len(got) != 2 {
+		t.Fatalf("port 1 discovery before unlinking: %v", got)
+	}
+
+	if err := p1.UnlinkSubsystem(testNQN); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, a1, "subsystem unlinked from the controller's port")
+	alive(t, a2, "the subsystem's controller on the other port")
+	alive(t, b1, "another subsystem's controller on the port")
+	if _, ok := findController(tg, testNQN, a1.CNTLID()); ok {
+		t.Fatal("the unlinked controller is still listed")
+	}
+	if got := p1.Subsystems(); len(got) != 1 || got[0] != bNQN {
+		t.Fatalf("port 1 exports %v, want [%s]", got, bNQN)
+	}
+	if got := discoveredVia(t, addr1, hostNQN); len(got) != 1 || got[0] != bNQN {
+		t.Fatalf("port 1 discovery after unlinking: %v, want [%s]", got, bNQN)
+	}
+	if got := discoveredVia(t, addr2, hostNQN); len(got) != 1 || got[0] != testNQN {
+		t.Fatalf("port 2 discovery: %v, want [%s]", got, testNQN)
+	}
+	if _, err := dialHost(t, TransportTCP, addr1, testNQN, hostCfg(hostNQN)); err == nil {
+		t.Fatal("connected to a subsystem the port no longer exports")
+	}
+	if err := p1.UnlinkSubsystem(testNQN); err == nil {
+		t.Fatal("unlinking again succeeded")
+	}
+	p1.LinkSubsystem(a)
+	alive(t, mustHost(t, TransportTCP, addr1, testNQN, hostCfg(hostNQN)), "connected after linking again")
+}
+
+func TestRemoveSubsystem(t *testing.T) {
+	t.Parallel()
+	tg, p1 := tcpTarget(t, 1<<20, TransportTCP)
+	a := tg.Subsystem(testNQN)
+	p2, err := tg.AddPort(PortConfig{ID: 2, Addr: "127.0.0.1:0", Transport: TransportTCP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2.LinkSubsystem(a)
+	bNQN := testNQN + "-b"
+	b := addSubsystem(t, tg, bNQN, p1, p2)
+	addr1, addr2 := p1.Addr().String(), p2.Addr().String()
+	a1 := mustHost(t, TransportTCP, addr1, testNQN, hostCfg(hostNQN))
+	a2 := mustHost(t, TransportTCP, addr2, testNQN, hostCfg(hostNQN2))
+	b1 := mustHost(t, TransportTCP, addr1, bNQN, hostCfg(hostNQN))
+
+	if err := tg.RemoveSubsystem(testNQN); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, a1, "subsystem removed (port 1)")
+	waitDone(t, a2, "subsystem removed (port 2)")
+	alive(t, b1, "another subsystem's controller")
+	if cs := tg.Controllers(); len(cs) != 1 || cs[0].Subsystem != bNQN {
+		t.Fatalf("controllers after removing %s: %+v", testNQN, cs)
+	}
+	if tg.Subsystem(testNQN) != nil {
+		t.Fatal("Subsystem finds the removed subsystem")
+	}
+	if ss := tg.Subsystems(); len(ss) != 1 || ss[0] != b {
+		t.Fatalf("subsystems %v, want only %s", ss, bNQN)
+	}
+	for _, p := range []*Port{p1, p2} {
+		if got := p.Subsystems(); len(got) != 1 || got[0] != bNQN {
+			t.Fatalf("port %d exports %v, want [%s]", p.ID(), got, bNQN)
+		}
+	}
+	if got := discoveredVia(t, addr2, hostNQN); len(got) != 1 || got[0] != bNQN {
+		t.Fatalf("discovery after removing: %v", got)
+	}
+	if _, err := dialHost(t, TransportTCP, addr1, testNQN, hostCfg(hostNQN)); err == nil {
+		t.Fatal("connected to a removed subsystem")
+	}
+	// The removed subsystem cannot be linked again.
+	p1.LinkSubsystem(a)
+	if got := p1.Subsystems(); len(got) != 1 {
+		t.Fatalf("port 1 exports %v after linking the removed subsystem", got)
+	}
+	if err := tg.RemoveSubsystem(testNQN); err == nil {
+		t.Fatal("removing it again succeeded")
+	}
+	// A new subsystem with the NQN.
+	addSubsystem(t, tg, testNQN, p1)
+	alive(t, mustHost(t, TransportTCP, addr1, testNQN, hostCfg(hostNQN)), "connected to the subsystem added back")
 }

@@ -115,6 +115,7 @@ type Subsystem struct {
 	ctrls   map[uint16]*controller
 	hosts   map[string]bool
 	nextCID uint16
+	removed bool // by Target.RemoveSubsystem
 }
 
 // NQN returns the subsystem NQN.
@@ -154,6 +155,12 @@ func newSubsystem(t *Target, cfg SubsystemConfig) (*Subsystem, error) {
 		s.hosts[h] = true
 	}
 	return s, nil
+}
+
+func (s *Subsystem) isRemoved() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.removed
 }
 
 // hostAllowed tells whether hostNQN may connect.

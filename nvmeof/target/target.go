@@ -306,9 +306,15 @@ func (p *Port) Subsystems() []string {
 	return nqns
 }
 
-// LinkSubsystem exports s through p.
+// LinkSubsystem exports s through p. A subsystem removed from the target
+// (Target.RemoveSubsystem) is not linked.
 func (p *Port) LinkSubsystem(s *Subsystem) {
 	p.mu.Lock()
+	if s.isRemoved() {
+		p.mu.Unlock()
+		p.t.log.Warn("nvmeof: not linking a removed subsystem", "port", p.cfg.ID, "subsystem", s.cfg.NQN)
+		return
+	}
 	if !slices.Contains(p.subs, s) {
 		p.subs = append(p.subs, s)
 	}
