@@ -54,6 +54,7 @@ type controller struct {
 	errCount  uint64
 	errNext   int
 	queues    map[uint16]*sq
+	live      bool // its Connect succeeded (Target.Controllers lists it)
 	dead      bool
 	// retired sums the counters of the I/O queues that ended.
 	retired struct{ commands, readBytes, writeBytes uint64 }

@@ -129,16 +129,29 @@ func (q *sq) connect(r *request, sqe nvmeof.SQE) {
 			connectParamErr(r, true, nvmeof.ConnectDataSubNQNOffset)
 			return
 		}
-		c.cntlid = id
-		c.mu.Lock()
-		c.kato = time.Duration(cmd.KATO()) * time.Millisecond
-		c.armKeepAliveLocked()
-		c.mu.Unlock()
 		if c.disc {
 			t.mu.Lock()
 			t.disc[c] = true
 			t.mu.Unlock()
 		}
+		c.mu.Lock()
+		if c.dead {
+			// Torn down meanwhile (Target.DeleteController, RemovePort,
+			// Close): teardown may have run before the registration
+			// above, so undo it.
+			c.mu.Unlock()
+			if c.disc {
+				t.mu.Lock()
+				delete(t.disc, c)
+				t.mu.Unlock()
+			}
+			r.status = nvmeof.StatusCommandSequenceError.WithDNR()
+			return
+		}
+		c.kato = time.Duration(cmd.KATO()) * time.Millisecond
+		c.armKeepAliveLocked()
+		c.live = true
+		c.mu.Unlock()
 		q.ctrlMu.Lock()
 		q.ctrl = c
 		q.ctrlMu.Unlock()

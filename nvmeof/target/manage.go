@@ -57,10 +57,11 @@ func (t *Target) Controllers() []ControllerInfo {
 	return out
 }
 
-// info describes c; false once it is torn down.
+// info describes c; false while its Connect is under way and once it is
+// torn down.
 func (c *controller) info() (ControllerInfo, bool) {
 	c.mu.Lock()
-	if c.dead {
+	if !c.live || c.dead {
 		c.mu.Unlock()
 		return ControllerInfo{}, false
 	}

@@ -8,7 +8,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -686,3 +690,89 @@ func TestRemoveSubsystem(t *testing.T) {
 	addSubsystem(t, tg, testNQN, p1)
 	alive(t, mustHost(t, TransportTCP, addr1, testNQN, hostCfg(hostNQN)), "connected to the subsystem added back")
 }
+
+// TestManageConcurrent runs the management calls against hosts connecting,
+// doing I/O and disconnecting (for the race detector), and checks that no
+// controller survives the unlinking of its subsystem from its port, even
+// one whose Connect raced it. The hosts are raw NVMe/TCP clients (tc)
+// whose failures end their attempt (goexitTB).
+func TestManageConcurrent(t *testing.T) {
+	t.Parallel()
+	tg, port := tcpTarget(t, 1<<20, TransportTCP)
+	sub := tg.Subsystem(testNQN)
+	addr := port.Addr().String()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var ios atomic.Int64
+	attempt := func() {
+		tb := goexitTB{t}
+		aq, cntlid := tcpAdmin(tb, addr, 0)
+		defer aq.c.Close()
+		io := dialTC(tb, addr, 0)
+		defer io.c.Close()
+		must(tb, io.connect(1, 15, cntlid), "I/O queue connect")
+		for range 4 {
+			must(tb, tcpRW(io, true, 8, make([]byte, 4096)), "write")
+			ios.Add(1)
+		}
+	}
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					attempt()
+				}()
+				<-done
+			}
+		})
+	}
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, c := range tg.Controllers() {
+				if c.CNTLID%3 == 0 {
+					tg.DeleteController(c.Subsystem, c.CNTLID)
+				}
+			}
+			sub.Namespaces()
+			tg.Ports()
+			tg.Subsystems()
+		}
+	})
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		if err := port.UnlinkSubsystem(testNQN); err != nil {
+			t.Fatal(err)
+		}
+		if cs := tg.Controllers(); slices.ContainsFunc(cs, func(c ControllerInfo) bool { return c.Subsystem == testNQN }) {
+			t.Fatalf("controllers after unlinking: %+v", cs)
+		}
+		port.LinkSubsystem(sub)
+	}
+	close(stop)
+	wg.Wait()
+	if ios.Load() == 0 {
+		t.Fatal("no host completed any I/O")
+	}
+	t.Logf("%d writes completed", ios.Load())
+	eventually(t, "controllers left after the hosts closed", func() bool { return len(tg.Controllers()) == 0 })
+}
+
+// goexitTB is a testing.TB whose Fatal ends the calling goroutine (a
+// host's attempt) without failing the test.
+type goexitTB struct{ testing.TB }
+
+func (goexitTB) Fatal(...any)          { runtime.Goexit() }
+func (goexitTB) Fatalf(string, ...any) { runtime.Goexit() }

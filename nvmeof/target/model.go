@@ -296,6 +296,7 @@ func (s *Subsystem) allocController(c *controller) (uint16, error) {
 			s.nextCID = s.cfg.CntlIDMin
 		}
 		if _, used := s.ctrls[id]; !used {
+			c.cntlid = id // before others can see c
 			s.ctrls[id] = c
 			return id, nil
 		}
