@@ -27,5 +27,12 @@
 // implicit MR), completions by Send, with Invalidate of the host's key
 // when the SGL asks for it.
 //
+// A running target is inspected and changed live (manage.go), as nvmet's
+// configfs allows: Target.Controllers lists the controllers with their
+// queues and I/O counters; DeleteController, RemovePort,
+// Port.UnlinkSubsystem and RemoveSubsystem disconnect the controllers
+// concerned through the path a keep-alive timeout takes; host access and
+// namespaces change with discovery and namespace change events.
+//
 // Target, Subsystem and Port methods are safe for concurrent use.
 package target
