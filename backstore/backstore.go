@@ -20,7 +20,9 @@ const (
 type Disk interface {
 	// BlockSize is the logical block size in bytes (512 or 4096).
 	BlockSize() int
-	// Size is the capacity in bytes, a multiple of BlockSize.
+	// Size is the capacity in bytes, a multiple of BlockSize. It may
+	// change while the disk serves (see Resizer and Rescanner); each call
+	// returns the current one.
 	Size() int64
 	// ReadOnly tells whether writes are refused.
 	ReadOnly() bool
@@ -92,6 +94,19 @@ type ZeroWriter interface {
 	// with FUA the zeroes are durable on return.
 	WriteZeroes(off, length int64, flags WriteFlags) error
 }
+
+// Resizer is implemented by disks whose capacity can change while serving.
+type Resizer interface {
+	// Resize changes the capacity to size bytes (a positive multiple of the
+	// block size). Growing is supported; shrinking returns an error (it
+	// would drop data) unless the disk can do it safely. Concurrent I/O
+	// stays safe: I/O sees either size.
+	Resize(size int64) error
+}
+
+// Rescanner is implemented by disks whose size is set outside rdisk (block
+// devices, files grown by someone else): Rescan re-reads it.
+type Rescanner interface{ Rescan() error }
 
 // HealthReporter is implemented by disks that report health (SMART or
 // synthetic); see Health.

@@ -49,6 +49,8 @@ var (
 	_ Discarder      = (*Block)(nil)
 	_ ZeroWriter     = (*Block)(nil)
 	_ HealthReporter = (*Block)(nil)
+	_ Resizer        = (*Block)(nil)
+	_ Rescanner      = (*Block)(nil)
 )
 
 // OpenBlock opens the block device at path as a disk.
@@ -115,8 +117,8 @@ func (b *Block) setup(opts BlockOptions) error {
 	if size > 1<<62 {
 		return fmt.Errorf("device size %d is too large", size)
 	}
-	d.size = int64(size) &^ int64(d.bs-1)
-	if d.size == 0 {
+	d.size.Store(int64(size) &^ int64(d.bs-1))
+	if d.size.Load() == 0 {
 		return fmt.Errorf("device of %d bytes holds no whole %d-byte block", size, d.bs)
 	}
 	if d.direct {
@@ -136,7 +138,43 @@ func (b *Block) BlockSize() int { return b.d.bs }
 func (b *Block) LogicalBlockSize() int { return b.lbs }
 
 // Size returns the capacity in bytes.
-func (b *Block) Size() int64 { return b.d.size }
+func (b *Block) Size() int64 { return b.d.size.Load() }
+
+// Resize refuses, with an error wrapping ErrUnsupported: a block device's
+// size is the device's own. Resize the device itself (lvextend, the
+// storage array, losetup --set-capacity after growing the backing file)
+// and call Rescan.
+func (b *Block) Resize(size int64) error {
+	return resizeError(b.d.name, b.d.size.Load(), size, fmt.Errorf("a block device cannot be resized by rdisk: resize the device itself, then rescan: %w", ErrUnsupported))
+}
+
+// Rescan sets the size to the device's current size (BLKGETSIZE64) rounded
+// down to the block size, after the device grew or shrank. A device left
+// with no whole block is an error, and the size is kept.
+func (b *Block) Rescan() error {
+	d := &b.d
+	d.resizeMu.Lock()
+	defer d.resizeMu.Unlock()
+	old := d.size.Load()
+	fd, err := d.acquire()
+	if err != nil {
+		return fmt.Errorf("rescanning the size of %s (%s): %w", d.name, sizeText(old), err)
+	}
+	defer d.mu.RUnlock()
+	n, err := unix.IoctlGetUint64(fd, unix.BLKGETSIZE64)
+	if err != nil {
+		return fmt.Errorf("rescanning the size of %s (%s): BLKGETSIZE64: %w", d.name, sizeText(old), err)
+	}
+	if n > 1<<62 {
+		return fmt.Errorf("rescanning the size of %s: device size %d is too large; the size stays %s", d.name, n, sizeText(old))
+	}
+	size := int64(n) &^ int64(d.bs-1)
+	if size == 0 {
+		return fmt.Errorf("rescanning the size of %s: the device (%s) holds no whole %d-byte block; the size stays %s", d.name, sizeText(int64(n)), d.bs, sizeText(old))
+	}
+	d.size.Store(size)
+	return nil
+}
 
 // ReadOnly reports whether writes are refused.
 func (b *Block) ReadOnly() bool { return b.d.ro }

@@ -60,6 +60,8 @@ var (
 	_ Discarder      = (*File)(nil)
 	_ ZeroWriter     = (*File)(nil)
 	_ HealthReporter = (*File)(nil)
+	_ Resizer        = (*File)(nil)
+	_ Rescanner      = (*File)(nil)
 )
 
 // OpenFile opens (or creates, see FileOptions.Create) the regular file at
@@ -119,20 +121,21 @@ func (f *File) setup(opts FileOptions) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("not a regular file (use OpenBlock for block devices)")
 	}
-	d.size = opts.Size
+	size := opts.Size
 	switch {
-	case d.size == 0:
-		d.size = st.Size &^ int64(d.bs-1)
-		if d.size == 0 {
+	case size == 0:
+		size = st.Size &^ int64(d.bs-1)
+		if size == 0 {
 			return fmt.Errorf("the file (%s) holds no whole %d-byte block: give it a size (rdisk target --file PATH --size N creates or extends it)", units.FormatSize(st.Size), d.bs)
 		}
-	case st.Size < d.size && d.ro:
-		return fmt.Errorf("read-only file has %s, fewer than the size %s", units.FormatSize(st.Size), units.FormatSize(d.size))
-	case st.Size < d.size:
-		if err := unix.Ftruncate(d.fd, d.size); err != nil {
-			return fmt.Errorf("extending to %s: %w", units.FormatSize(d.size), err)
+	case st.Size < size && d.ro:
+		return fmt.Errorf("read-only file has %s, fewer than the size %s", units.FormatSize(st.Size), units.FormatSize(size))
+	case st.Size < size:
+		if err := unix.Ftruncate(d.fd, size); err != nil {
+			return fmt.Errorf("extending to %s: %w", units.FormatSize(size), err)
 		}
 	}
+	d.size.Store(size)
 	if d.direct {
 		mem, off := directAlignment(d.fd)
 		if off > d.bs {
@@ -160,7 +163,75 @@ func openRetry(path string, flags int, perm uint32) (int, error) {
 func (f *File) BlockSize() int { return f.d.bs }
 
 // Size returns the capacity in bytes.
-func (f *File) Size() int64 { return f.d.size }
+func (f *File) Size() int64 { return f.d.size.Load() }
+
+// Resize grows the disk to size bytes, a positive multiple of the block
+// size, extending the file (sparsely, with ftruncate) when it is shorter; a
+// file already longer is not touched, as in OpenFile. Shrinking is refused
+// with an error wrapping ErrUnsupported (the file is never truncated), and
+// so is any resize of a read-only file (ErrReadOnly). Requests running
+// meanwhile see the old size or the new one.
+func (f *File) Resize(size int64) error {
+	d := &f.d
+	d.resizeMu.Lock()
+	defer d.resizeMu.Unlock()
+	old := d.size.Load()
+	if d.ro {
+		return resizeError(d.name, old, size, ErrReadOnly)
+	}
+	if err := checkNewSize(size, d.bs); err != nil {
+		return resizeError(d.name, old, size, err)
+	}
+	if size < old {
+		return resizeError(d.name, old, size, errShrink)
+	}
+	if size == old {
+		return nil
+	}
+	fd, err := d.acquire()
+	if err != nil {
+		return resizeError(d.name, old, size, err)
+	}
+	defer d.mu.RUnlock()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return resizeError(d.name, old, size, fmt.Errorf("stat: %w", err))
+	}
+	if st.Size < size {
+		if err := unix.Ftruncate(fd, size); err != nil {
+			return resizeError(d.name, old, size, fmt.Errorf("extending the file: %w", err))
+		}
+	}
+	d.size.Store(size)
+	return nil
+}
+
+// Rescan sets the size to the file's current size (fstat) rounded down to
+// a block, for a file that someone else grew (or shrank: the data past its
+// end is gone already). A disk opened with a FileOptions.Size below the
+// file's size is then exported whole. A file left with no whole block is
+// an error, and the size is kept.
+func (f *File) Rescan() error {
+	d := &f.d
+	d.resizeMu.Lock()
+	defer d.resizeMu.Unlock()
+	old := d.size.Load()
+	fd, err := d.acquire()
+	if err != nil {
+		return fmt.Errorf("rescanning the size of %s (%s): %w", d.name, sizeText(old), err)
+	}
+	defer d.mu.RUnlock()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("rescanning the size of %s (%s): stat: %w", d.name, sizeText(old), err)
+	}
+	size := st.Size &^ int64(d.bs-1)
+	if size <= 0 {
+		return fmt.Errorf("rescanning the size of %s: the file (%s) holds no whole %d-byte block; the size stays %s", d.name, sizeText(st.Size), d.bs, sizeText(old))
+	}
+	d.size.Store(size)
+	return nil
+}
 
 // ReadOnly reports whether writes are refused.
 func (f *File) ReadOnly() bool { return f.d.ro }

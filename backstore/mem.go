@@ -40,17 +40,33 @@ type memLeaf [memLeafLen]atomic.Pointer[memChunk]
 // the caller's order always sees it, even when the order was established
 // outside Go (through the network), and the race detector agrees.
 // Steady-state I/O (to chunks already allocated) allocates nothing.
+//
+// Resize grows the disk while it serves: a larger leaf directory replaces
+// the old one (which it copies) before the new size is published, so a
+// request that sees the new size also sees a directory that covers it.
+// Leaves are installed under growMu, so none is lost to a copy in progress;
+// chunks live in the leaves, which old and new directories share.
 type Mem struct {
-	size   int64
+	size   atomic.Int64
 	bs     int
 	ro     atomic.Bool
 	closed atomic.Bool
 	chunks atomic.Int64 // allocated chunks
 	nleaf  atomic.Int64 // allocated leaves
-	leaves []atomic.Pointer[memLeaf]
+	dir    atomic.Pointer[memDir]
+	growMu sync.Mutex // held by Resize, by leaf installs and by Close
 	stats  statsCollector
 	locks  [memLockStripes]sync.RWMutex // by chunk index
 	zeros  *memChunk                    // what ViewAt shows for unwritten chunks; never written
+}
+
+// memDir is the leaf directory: one entry per memLeafLen chunks. A
+// directory never changes length; Resize replaces it with a longer one.
+type memDir []atomic.Pointer[memLeaf]
+
+// memDirLen is the number of leaves that a disk of size bytes needs.
+func memDirLen(size int64) int64 {
+	return (size + memLeafLen*MemChunkSize - 1) / (memLeafLen * MemChunkSize)
 }
 
 // memLockStripes is the number of chunk locks; chunk i uses i % stripes.
@@ -63,6 +79,7 @@ var (
 	_ Discarder      = (*Mem)(nil)
 	_ ZeroWriter     = (*Mem)(nil)
 	_ HealthReporter = (*Mem)(nil)
+	_ Resizer        = (*Mem)(nil)
 )
 
 // NewMem returns an empty, writable RAM disk of size bytes with the given
@@ -75,21 +92,58 @@ func NewMem(size int64, blockSize int) (*Mem, error) {
 	if size <= 0 || size%int64(blockSize) != 0 || size > MaxMemSize {
 		return nil, fmt.Errorf("creating RAM disk: size %d is not a positive multiple of the block size %d up to %d", size, blockSize, int64(MaxMemSize))
 	}
-	nleaves := (size + memLeafLen*MemChunkSize - 1) / (memLeafLen * MemChunkSize)
-	return &Mem{
-		size:   size,
-		bs:     blockSize,
-		stats:  statsCollector{epoch: time.Now()},
-		leaves: make([]atomic.Pointer[memLeaf], nleaves),
-		zeros:  new(memChunk),
-	}, nil
+	m := &Mem{
+		bs:    blockSize,
+		stats: statsCollector{epoch: time.Now()},
+		zeros: new(memChunk),
+	}
+	dir := make(memDir, memDirLen(size))
+	m.dir.Store(&dir)
+	m.size.Store(size)
+	return m, nil
 }
 
 // BlockSize returns the block size in bytes.
 func (m *Mem) BlockSize() int { return m.bs }
 
 // Size returns the capacity in bytes.
-func (m *Mem) Size() int64 { return m.size }
+func (m *Mem) Size() int64 { return m.size.Load() }
+
+// Resize grows the disk to size bytes (a positive multiple of the block
+// size, at most MaxMemSize); the new range reads as zeroes and costs no
+// memory until written. Shrinking is refused with an error wrapping
+// ErrUnsupported: requests in flight to the dropped range could bring its
+// chunks back. Requests running meanwhile see the old size or the new one.
+// A read-only disk may grow too (no data is written).
+func (m *Mem) Resize(size int64) error {
+	m.growMu.Lock()
+	defer m.growMu.Unlock()
+	old := m.size.Load()
+	switch {
+	case m.closed.Load():
+		return resizeError("RAM disk", old, size, ErrClosed)
+	case size < old && size > 0 && size%int64(m.bs) == 0:
+		return resizeError("RAM disk", old, size, errShrink)
+	case size > MaxMemSize:
+		return resizeError("RAM disk", old, size, fmt.Errorf("the largest RAM disk is %s", sizeText(MaxMemSize)))
+	}
+	if err := checkNewSize(size, m.bs); err != nil {
+		return resizeError("RAM disk", old, size, err)
+	}
+	if size == old {
+		return nil
+	}
+	d := *m.dir.Load()
+	if n := memDirLen(size); n > int64(len(d)) {
+		nd := make(memDir, n)
+		for i := range d {
+			nd[i].Store(d[i].Load())
+		}
+		m.dir.Store(&nd) // before the size: whoever sees the size sees nd
+	}
+	m.size.Store(size)
+	return nil
+}
 
 // ReadOnly reports whether writes are refused.
 func (m *Mem) ReadOnly() bool { return m.ro.Load() }
@@ -113,7 +167,7 @@ func (m *Mem) Health() (Health, error) {
 
 // chunk returns the chunk with index i, or nil when it was never written.
 func (m *Mem) chunk(i int64) *memChunk {
-	l := m.leaves[i>>memLeafShift].Load()
+	l := (*m.dir.Load())[i>>memLeafShift].Load()
 	if l == nil {
 		return nil
 	}
@@ -123,16 +177,9 @@ func (m *Mem) chunk(i int64) *memChunk {
 // chunkForWrite returns the chunk with index i, allocating it (and its leaf)
 // when needed. Concurrent allocations of the same chunk agree on one.
 func (m *Mem) chunkForWrite(i int64) *memChunk {
-	lp := &m.leaves[i>>memLeafShift]
-	l := lp.Load()
+	l := (*m.dir.Load())[i>>memLeafShift].Load()
 	if l == nil {
-		nl := new(memLeaf)
-		if lp.CompareAndSwap(nil, nl) {
-			m.nleaf.Add(1)
-			l = nl
-		} else {
-			l = lp.Load()
-		}
+		l = m.leafForWrite(i >> memLeafShift)
 	}
 	cp := &l[i&(memLeafLen-1)]
 	c := cp.Load()
@@ -146,6 +193,22 @@ func (m *Mem) chunkForWrite(i int64) *memChunk {
 		}
 	}
 	return c
+}
+
+// leafForWrite returns leaf k, installing it when needed. It holds growMu,
+// so that a directory copy (Resize) never misses a leaf installed in the
+// directory it copies; leaves are rare (one per memLeafLen chunks).
+func (m *Mem) leafForWrite(k int64) *memLeaf {
+	m.growMu.Lock()
+	defer m.growMu.Unlock()
+	lp := &(*m.dir.Load())[k]
+	l := lp.Load()
+	if l == nil {
+		l = new(memLeaf)
+		lp.Store(l)
+		m.nleaf.Add(1)
+	}
+	return l
 }
 
 // ReadAt fills p from offset off; unwritten ranges read as zeroes.
@@ -271,11 +334,12 @@ func (m *Mem) zero(op Op, off, length int64) error {
 	}
 	start := m.stats.now()
 	total := length
+	dir := *m.dir.Load()
 	for length > 0 {
 		i := off >> memChunkShift
 		co := off & (MemChunkSize - 1)
 		n := min(length, MemChunkSize-co)
-		if l := m.leaves[i>>memLeafShift].Load(); l != nil {
+		if l := dir[i>>memLeafShift].Load(); l != nil {
 			cp := &l[i&(memLeafLen-1)]
 			mu := &m.locks[i%memLockStripes]
 			mu.Lock()
@@ -300,9 +364,12 @@ func (m *Mem) Close() error {
 	if m.closed.Swap(true) {
 		return ErrClosed
 	}
+	m.growMu.Lock()
+	defer m.growMu.Unlock()
 	if m.nleaf.Load() > 0 { // a never-written 1 PiB disk has 4M empty slots
-		for i := range m.leaves {
-			m.leaves[i].Store(nil)
+		d := *m.dir.Load()
+		for i := range d {
+			d[i].Store(nil)
 		}
 	}
 	m.chunks.Store(0)
@@ -318,7 +385,7 @@ func (m *Mem) check(op Op, off, n int64, write bool) error {
 	if write && m.ro.Load() {
 		return m.stats.reject(ErrReadOnly)
 	}
-	if err := checkRange(op, off, n, m.size, m.bs); err != nil {
+	if err := checkRange(op, off, n, m.size.Load(), m.bs); err != nil {
 		return m.stats.reject(err)
 	}
 	return nil

@@ -51,7 +51,7 @@ func TestMemThin(t *testing.T) {
 		t.Fatalf("new 1 TiB disk holds %d bytes", m.Allocated())
 	}
 	// The directory of a 1 TiB thin disk is one pointer per 256 MiB.
-	if n := len(m.leaves); n != tib/(memLeafLen*MemChunkSize) {
+	if n := len(*m.dir.Load()); n != tib/(memLeafLen*MemChunkSize) {
 		t.Errorf("%d leaves", n)
 	}
 	p := make([]byte, 8192)

@@ -10,7 +10,7 @@ import (
 // that out by interface assertion, as they would on a disk without those
 // capabilities. All methods are safe for concurrent use and allocate nothing.
 type Null struct {
-	size   int64
+	size   atomic.Int64
 	bs     int
 	ro     atomic.Bool
 	closed atomic.Bool
@@ -21,6 +21,7 @@ type Null struct {
 var (
 	_ VectoredDisk   = (*Null)(nil)
 	_ HealthReporter = (*Null)(nil)
+	_ Resizer        = (*Null)(nil)
 )
 
 // NewNull returns a null disk of size bytes and the given block size. A block
@@ -32,14 +33,29 @@ func NewNull(size int64, blockSize int) *Null {
 		blockSize = 512
 	}
 	size = max(size, 0) &^ int64(blockSize-1)
-	return &Null{size: size, bs: blockSize, stats: statsCollector{epoch: time.Now()}}
+	d := &Null{bs: blockSize, stats: statsCollector{epoch: time.Now()}}
+	d.size.Store(size)
+	return d
 }
 
 // BlockSize returns the block size in bytes.
 func (d *Null) BlockSize() int { return d.bs }
 
 // Size returns the capacity in bytes.
-func (d *Null) Size() int64 { return d.size }
+func (d *Null) Size() int64 { return d.size.Load() }
+
+// Resize sets the capacity to size bytes, a positive multiple of the block
+// size. A null disk holds no data, so it may shrink as well as grow.
+func (d *Null) Resize(size int64) error {
+	if d.closed.Load() {
+		return resizeError("null disk", d.size.Load(), size, ErrClosed)
+	}
+	if err := checkNewSize(size, d.bs); err != nil {
+		return resizeError("null disk", d.size.Load(), size, err)
+	}
+	d.size.Store(size)
+	return nil
+}
 
 // ReadOnly reports whether writes are refused.
 func (d *Null) ReadOnly() bool { return d.ro.Load() }
@@ -127,7 +143,7 @@ func (d *Null) check(op Op, off, n int64, write bool) error {
 	if write && d.ro.Load() {
 		return d.stats.reject(ErrReadOnly)
 	}
-	if err := checkRange(op, off, n, d.size, d.bs); err != nil {
+	if err := checkRange(op, off, n, d.size.Load(), d.bs); err != nil {
 		return d.stats.reject(err)
 	}
 	return nil

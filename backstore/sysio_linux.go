@@ -24,7 +24,8 @@ type fdDisk struct {
 	mu       sync.RWMutex
 	fd       int // -1 once closed
 	name     string
-	size     int64
+	size     atomic.Int64 // changed by Resize and Rescan, under resizeMu
+	resizeMu sync.Mutex
 	bs       int
 	ro       bool
 	direct   bool
@@ -45,7 +46,7 @@ func (d *fdDisk) check(op Op, off, n int64, write bool) error {
 	if write && d.ro {
 		return d.stats.reject(ErrReadOnly)
 	}
-	if err := checkRange(op, off, n, d.size, d.bs); err != nil {
+	if err := checkRange(op, off, n, d.size.Load(), d.bs); err != nil {
 		return d.stats.reject(err)
 	}
 	return nil
