@@ -2,25 +2,18 @@ package target
 
 import (
 	"cmp"
-	"context"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/internal/units"
-	iscsitarget "github.com/rdisk/rdisk/iser/target"
 	"github.com/rdisk/rdisk/nvmeof/auth"
 	nvmet "github.com/rdisk/rdisk/nvmeof/target"
-	"github.com/rdisk/rdisk/rdma"
-	srptarget "github.com/rdisk/rdisk/srp/target"
 )
 
 // Config is nvmetcli's JSON (/etc/nvmet/config.json), with an rdisk
@@ -113,6 +106,9 @@ type Port struct {
 	// skipped with a warning instead of failing Start: rdisk target's
 	// default NVMe/TCP discovery port. Not part of nvmetcli's JSON.
 	Optional bool `json:"-"`
+	// Disabled ports are kept in the configuration but do not listen
+	// (rdisk admin port disable; an rdisk extension).
+	Disabled bool `json:"rdisk_disabled,omitempty"`
 }
 
 // PortAddr is a port's transport address.
@@ -219,6 +215,13 @@ func (c *Config) validate(pos *positions) error {
 			return pos.errAt(p+".nqn", "subsystem %s is defined twice", s.NQN)
 		case len(s.Passthru) > 0:
 			return pos.errAt(p+".passthru", "passthru subsystems are not supported by rdisk")
+		case len(s.Attr["serial"]) > 20:
+			return pos.errAt(p+".attr.serial", "serial %q: at most 20 characters", s.Attr["serial"])
+		case len(s.Attr["model"]) > 40:
+			return pos.errAt(p+".attr.model", "model %q: at most 40 characters", s.Attr["model"])
+		}
+		if _, err := subsystemConfig(s); err != nil {
+			return pos.errAt(p+".attr", "%v", err)
 		}
 		subs[s.NQN] = s
 		nsids := map[uint32]bool{}
@@ -290,186 +293,6 @@ func IsLoopback(a string) bool {
 	}
 	ip := net.ParseIP(strings.Trim(a, "[]"))
 	return ip != nil && ip.IsLoopback()
-}
-
-// Running is a started configuration.
-type Running struct {
-	T     *nvmet.Target
-	Ports []*nvmet.Port
-	// ISCSI serves the rdisk_iscsi section (nil without one) on
-	// ISCSIPortals; SRP the rdisk_srp section's SRPPorts on SRPAddrs.
-	ISCSI        *iscsitarget.Target
-	ISCSIPortals []net.Addr
-	SRP          *srptarget.Target
-	SRPPorts     []*srptarget.Port
-	SRPAddrs     []net.Addr
-	ctx          context.Context
-	cancel       context.CancelFunc
-	disks        []backstore.Disk
-}
-
-// Disks returns the disks Start opened, in configuration order. They stay
-// owned by r (Close closes them).
-func (r *Running) Disks() []backstore.Disk { return slices.Clone(r.disks) }
-
-// Close stops the target and closes the disks.
-func (r *Running) Close() error {
-	if r.cancel != nil {
-		r.cancel()
-	}
-	if r.ISCSI != nil {
-		r.ISCSI.Close()
-	}
-	if r.SRP != nil {
-		r.SRP.Close()
-	}
-	err := r.T.Close()
-	for _, d := range r.disks {
-		if cerr := d.Close(); cerr != nil && err == nil {
-			err = cerr
-		}
-	}
-	return err
-}
-
-// Start builds and starts a target from c.
-//
-// hook, if not nil, is told of I/O queues connecting (+1) and ending (-1);
-// see nvmeoftarget.Config.ConnHook.
-func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (_ *Running, err error) {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	t, err := nvmet.New(nvmet.Config{Provider: p, Logger: log, ConnHook: hook})
-	if err != nil {
-		return nil, err
-	}
-	run := &Running{T: t}
-	defer func() {
-		if err != nil {
-			run.Close()
-		}
-	}()
-	for i := range c.Hosts {
-		h := &c.Hosts[i]
-		a, err := h.hostAuth()
-		if err != nil {
-			return nil, err
-		}
-		if a != nil {
-			if err := t.SetHostAuth(h.NQN, a); err != nil {
-				return nil, err
-			}
-		}
-	}
-	subs := map[string]*nvmet.Subsystem{}
-	byRef := map[LUNRef]backstore.Disk{}
-	for _, s := range c.Subsystems {
-		sc := nvmet.SubsystemConfig{NQN: s.NQN, AllowedHosts: s.AllowedHosts, Serial: s.Attr["serial"], Model: s.Attr["model"]}
-		sc.AllowAnyHost = s.Attr["allow_any_host"] == "1"
-		if v, ok := s.Attr["cntlid_min"]; ok {
-			n, err := strconv.ParseUint(v, 0, 16)
-			if err != nil {
-				return nil, fmt.Errorf("subsystem %s: cntlid_min %q: %w", s.NQN, v, err)
-			}
-			sc.CntlIDMin = uint16(n)
-		}
-		if v, ok := s.Attr["cntlid_max"]; ok {
-			n, err := strconv.ParseUint(v, 0, 16)
-			if err != nil {
-				return nil, fmt.Errorf("subsystem %s: cntlid_max %q: %w", s.NQN, v, err)
-			}
-			sc.CntlIDMax = uint16(n)
-		}
-		sub, err := t.AddSubsystem(sc)
-		if err != nil {
-			return nil, err
-		}
-		subs[s.NQN] = sub
-		for _, ns := range s.Namespaces {
-			disk, err := OpenDevice(ns.Device.Path, ns.BlockSize, ns.ReadOnly)
-			if err != nil {
-				return nil, fmt.Errorf("subsystem %s namespace %d: %w", s.NQN, ns.NSID, err)
-			}
-			run.disks = append(run.disks, disk)
-			byRef[LUNRef{Subsystem: s.NQN, NSID: ns.NSID}] = disk
-			nc := nvmet.NamespaceConfig{NSID: ns.NSID, Disk: disk, Disabled: ns.Enable == 0}
-			if ns.Device.NGUID != "" {
-				b, err := hex.DecodeString(strings.ReplaceAll(ns.Device.NGUID, "-", ""))
-				if err != nil || len(b) != 16 {
-					return nil, fmt.Errorf("subsystem %s namespace %d: NGUID %q is not 16 hex bytes", s.NQN, ns.NSID, ns.Device.NGUID)
-				}
-				nc.NGUID = [16]byte(b)
-			}
-			if ns.Device.UUID != "" {
-				b, err := hex.DecodeString(strings.ReplaceAll(ns.Device.UUID, "-", ""))
-				if err != nil || len(b) != 16 {
-					return nil, fmt.Errorf("subsystem %s namespace %d: UUID %q is not 16 hex bytes", s.NQN, ns.NSID, ns.Device.UUID)
-				}
-				nc.UUID = [16]byte(b)
-			}
-			if err := sub.AddNamespace(nc); err != nil {
-				return nil, fmt.Errorf("subsystem %s: %w", s.NQN, err)
-			}
-		}
-	}
-	for _, pc := range c.Ports {
-		var tr nvmet.Transport
-		switch pc.Addr.TrType {
-		case "", "rdma":
-			tr = nvmet.TransportRDMA
-		case "tcp":
-			tr = nvmet.TransportTCP
-		case "rdma+tcp", "tcp+rdma":
-			tr = nvmet.TransportBoth
-		default:
-			return nil, fmt.Errorf("port %d: trtype %q: want rdma, tcp or rdma+tcp (both on one port number)", pc.PortID, pc.Addr.TrType)
-		}
-		if pc.Addr.TrSvcID == "" {
-			pc.Addr.TrSvcID = "4420"
-		}
-		cfg := nvmet.PortConfig{ID: pc.PortID, Transport: tr, Addr: net.JoinHostPort(pc.Addr.TrAddr, pc.Addr.TrSvcID)}
-		if v, ok := pc.Param["inline_data_size"]; ok {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return nil, fmt.Errorf("port %d: inline_data_size %q: %w", pc.PortID, v, err)
-			}
-			// nvmet's param_inline_data_size, for the port's transport.
-			if tr != nvmet.TransportTCP {
-				cfg.InlineDataSize = n
-			}
-			if tr != nvmet.TransportRDMA {
-				cfg.TCPInlineDataSize = n
-			}
-		}
-		for _, r := range pc.Referrals {
-			svc := r.Addr.TrSvcID
-			if svc == "" {
-				svc = "4420"
-			}
-			cfg.Referrals = append(cfg.Referrals, nvmet.Referral{PortID: r.PortID, Addr: net.JoinHostPort(r.Addr.TrAddr, svc)})
-		}
-		port, err := t.AddPort(cfg)
-		if err != nil && pc.Optional {
-			log.Warn("target: optional port not started", "port", pc.PortID, "addr", cfg.Addr, "err", err)
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		run.Ports = append(run.Ports, port)
-		for _, nqn := range pc.Subsystems {
-			sub := subs[nqn]
-			if sub == nil {
-				return nil, fmt.Errorf("port %d: subsystem %s is not defined", pc.PortID, nqn)
-			}
-			port.LinkSubsystem(sub)
-		}
-	}
-	if err := run.startSCSI(c, p, log, hook, byRef); err != nil {
-		return nil, err
-	}
-	return run, nil
 }
 
 // OpenDevice opens a namespace's backing store: "ram:SIZE", "null:SIZE",

@@ -1,15 +1,12 @@
 package target
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"net"
 
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/iser"
 	iscsitarget "github.com/rdisk/rdisk/iser/target"
-	"github.com/rdisk/rdisk/rdma"
 	"github.com/rdisk/rdisk/scsi"
 	"github.com/rdisk/rdisk/srp"
 	srptarget "github.com/rdisk/rdisk/srp/target"
@@ -27,6 +24,14 @@ type ISCSIConfig struct {
 	// Portals are the addresses to listen on (host:port).
 	Portals []string      `json:"portals"`
 	Targets []ISCSITarget `json:"targets"`
+	// TPGT is the target portal group tag of the portals (default 1).
+	TPGT uint16 `json:"tpgt,omitempty"`
+	// DiscoveryCHAP, if set, is the CHAP identity SendTargets discovery
+	// sessions must log in with (targetcli's discovery_auth);
+	// DiscoveryMutualCHAP the one the target answers a mutual challenge
+	// with.
+	DiscoveryCHAP       *CHAP `json:"discovery_chap,omitempty"`
+	DiscoveryMutualCHAP *CHAP `json:"discovery_mutual_chap,omitempty"`
 }
 
 // ISCSITarget is one iSCSI target node.
@@ -122,6 +127,17 @@ func (c *Config) validateSCSI(pos *positions, subs map[string]*Subsystem) error 
 		if len(ic.Portals) == 0 {
 			return pos.errAt("rdisk_iscsi.portals", "no portal to listen on")
 		}
+		for _, d := range []struct {
+			key string
+			ch  *CHAP
+		}{{"discovery_chap", ic.DiscoveryCHAP}, {"discovery_mutual_chap", ic.DiscoveryMutualCHAP}} {
+			if d.ch != nil && (d.ch.User == "" || d.ch.Secret == "") {
+				return pos.errAt("rdisk_iscsi."+d.key, "a CHAP identity needs a user and a secret")
+			}
+		}
+		if ic.DiscoveryMutualCHAP != nil && ic.DiscoveryCHAP == nil {
+			return pos.errAt("rdisk_iscsi.discovery_mutual_chap", "discovery_mutual_chap needs discovery_chap")
+		}
 		open := false
 		for i, a := range ic.Portals {
 			h, _, err := net.SplitHostPort(a)
@@ -188,102 +204,6 @@ func (c *Config) validateSCSI(pos *positions, subs map[string]*Subsystem) error 
 			if err := luns(p, pt.LUNs); err != nil {
 				return err
 			}
-		}
-	}
-	return nil
-}
-
-// startSCSI starts the configuration's iSCSI targets and SRP target ports
-// on the disks Start opened (by subsystem and NSID).
-func (r *Running) startSCSI(c *Config, p rdma.Provider, log *slog.Logger, hook func(int), disks map[LUNRef]backstore.Disk) error {
-	lus := map[LUNRef]*scsi.LU{}
-	lu := func(ref LUNRef) (*scsi.LU, error) {
-		k := LUNRef{Subsystem: ref.Subsystem, NSID: ref.NSID}
-		if l := lus[k]; l != nil {
-			return l, nil
-		}
-		l, err := NewSCSILU(disks[k], fmt.Sprintf("%s/%d", ref.Subsystem, ref.NSID))
-		if err != nil {
-			return nil, err
-		}
-		lus[k] = l
-		return l, nil
-	}
-	r.ctx, r.cancel = context.WithCancel(context.Background())
-	if ic := c.ISCSI; ic != nil && len(ic.Targets) > 0 {
-		cfg := iscsitarget.Config{Logger: log, ConnHook: hook}
-		if sp, ok := p.(rdma.StreamProvider); ok {
-			cfg.Provider = sp
-		}
-		for _, t := range ic.Targets {
-			tc := iscsitarget.TargetConfig{Name: t.IQN, AllowedInitiators: t.AllowedInitiators}
-			for _, ref := range t.LUNs {
-				l, err := lu(ref)
-				if err != nil {
-					return err
-				}
-				tc.LUNs = append(tc.LUNs, iscsitarget.LUNConfig{LUN: ref.LUN, Unit: l})
-			}
-			var err error
-			if tc.CHAP, err = chapOf(t.CHAP); err != nil {
-				return fmt.Errorf("iscsi target %s: chap: %w", t.IQN, err)
-			}
-			if tc.MutualCHAP, err = chapOf(t.MutualCHAP); err != nil {
-				return fmt.Errorf("iscsi target %s: mutual_chap: %w", t.IQN, err)
-			}
-			cfg.Targets = append(cfg.Targets, tc)
-		}
-		it, err := iscsitarget.New(cfg)
-		if err != nil {
-			return err
-		}
-		r.ISCSI = it
-		for _, a := range ic.Portals {
-			ln, err := net.Listen("tcp", a)
-			if err != nil {
-				return fmt.Errorf("iscsi portal %s: %w", a, err)
-			}
-			r.ISCSIPortals = append(r.ISCSIPortals, ln.Addr())
-			go func() {
-				if err := it.Serve(r.ctx, ln); err != nil {
-					log.Error("iscsi portal", "addr", ln.Addr(), "err", err)
-				}
-			}()
-		}
-	}
-	if sc := c.SRP; sc != nil && len(sc.Ports) > 0 {
-		if p == nil {
-			return fmt.Errorf("rdisk_srp needs an RDMA provider")
-		}
-		st, err := srptarget.New(srptarget.Config{Logger: log, ConnHook: hook})
-		if err != nil {
-			return err
-		}
-		r.SRP = st
-		for _, pt := range sc.Ports {
-			ext, _ := srp.ParseGUID(pt.IDExt) // validated
-			ioc, _ := srp.ParseGUID(pt.IOCGUID)
-			port, err := st.AddPort(srptarget.PortConfig{IDExt: ext, IOCGUID: ioc, AllowedInitiators: pt.AllowedInitiators, AllowAnyInitiator: pt.AllowAnyInitiator})
-			if err != nil {
-				return err
-			}
-			for _, ref := range pt.LUNs {
-				l, err := lu(ref)
-				if err != nil {
-					return err
-				}
-				if err := port.Map(ref.LUN, l); err != nil {
-					return fmt.Errorf("srp port %s LUN %d: %w", pt.IDExt, ref.LUN, err)
-				}
-			}
-			r.SRPPorts = append(r.SRPPorts, port)
-		}
-		for _, a := range sc.Listen {
-			la, err := st.Listen(r.ctx, p, a)
-			if err != nil {
-				return err
-			}
-			r.SRPAddrs = append(r.SRPAddrs, la)
 		}
 	}
 	return nil

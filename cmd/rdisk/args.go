@@ -22,8 +22,14 @@ func interspersed(app *cli.App, args []string) []string {
 	for i < len(args) {
 		a := args[i]
 		if strings.HasPrefix(a, "-") {
+			// A global flag, or a flag of the command before a
+			// subcommand ("rdisk admin --socket S ns add").
+			fs := app.Flags
+			if cmd != nil {
+				fs = append(slices.Clone(fs), cmd.Flags...)
+			}
 			out = append(out, a)
-			if takesValue(app.Flags, a) && !strings.Contains(a, "=") && i+1 < len(args) {
+			if takesValue(fs, a) && !strings.Contains(a, "=") && i+1 < len(args) {
 				out = append(out, args[i+1])
 				i++
 			}

@@ -65,7 +65,7 @@ func runCLI(t *testing.T, args ...string) (string, string, error) {
 	var out, errOut bytes.Buffer
 	app.Writer, app.ErrWriter = &out, &errOut
 	argv := append([]string{"rdisk", "--log-level", "error"}, args...)
-	if !slices.Contains(args, "--hostid") {
+	if !slices.Contains(args, "--hostid") && args[0] != "admin" {
 		argv = append(argv, "--hostnqn", cliHost, "--hostid", cliHostID)
 	}
 	cliMu.Lock()

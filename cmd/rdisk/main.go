@@ -125,6 +125,7 @@ func newApp() *cli.App {
 			disconnectCommand(),
 			cpCommand(),
 			daemonCommand(),
+			adminCommand(),
 		},
 	}
 	usageErrors(app.Commands, "")

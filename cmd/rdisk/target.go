@@ -4,11 +4,14 @@ import (
 	crand "crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/rdisk/rdisk/backstore"
 
@@ -51,7 +54,12 @@ iSCSI portal 127.0.0.1:3260 (iSER and iSCSI/TCP on one port) and over SRP on
 (unknown keys, duplicates and dangling references are refused with their
 line); namespaces may also name "ram:SIZE" or "null:SIZE" as their device
 path, and rdisk_iscsi / rdisk_srp sections export namespaces over iSCSI and
-SRP (one SCSI logical unit per namespace).`,
+SRP (one SCSI logical unit per namespace).
+
+While it runs, rdisk admin (on --admin-socket) lists what is live and adds,
+removes and resizes namespaces, hosts, ports and LUNs; rdisk admin save
+writes the model back as a --config file. SIGHUP re-reads --config and
+applies the difference.`,
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: defaultNVMeAddr, Usage: "NVMe-oF address (host:port)"},
 			&cli.StringFlag{Name: "transport", Value: string(nvmet.TransportBoth), Usage: "NVMe-oF transport on --listen: rdma, tcp or rdma+tcp (both on one port number)"},
@@ -70,7 +78,8 @@ SRP (one SCSI logical unit per namespace).`,
 			&cli.StringFlag{Name: "iscsi-listen", Value: defaultISCSIAddr, Usage: "iSCSI/iSER portal address (host:port; empty: none)"},
 			&cli.StringFlag{Name: "iqn", Value: defaultIQN, Usage: "iSCSI target name"},
 			&cli.StringSliceFlag{Name: "allow-initiator", Usage: "iSCSI initiator IQN allowed to log in (repeatable)"},
-			&cli.StringFlag{Name: "config", Usage: "nvmetcli JSON configuration, with rdisk_iscsi and rdisk_srp sections for the SCSI transports (replaces the flags above)"},
+			&cli.StringFlag{Name: "config", Usage: "nvmetcli JSON configuration, with rdisk_iscsi and rdisk_srp sections for the SCSI transports (replaces the flags above); SIGHUP re-reads it and applies the difference"},
+			&cli.StringFlag{Name: "admin-socket", Value: target.DefaultAdminSocket, Usage: "unix socket for rdisk admin (root only; empty: none; the default is skipped with a warning when another target holds it)"},
 			cpusFlag("most CPUs (Go Ps) to use; rdisk uses one per connected queue up to this", "$GOMAXPROCS, else all CPUs"),
 		}, srpTargetFlags()...),
 		Action: runTarget,
@@ -89,6 +98,13 @@ func runTarget(c *cli.Context) error {
 	hook, err := procHook(c, log)
 	if err != nil {
 		return err
+	}
+	adminLn, err := listenAdmin(c, log)
+	if err != nil {
+		return err
+	}
+	if adminLn != nil {
+		defer adminLn.Close()
 	}
 	p, err := iwarp.New(iwarp.Config{Logger: log})
 	if err != nil {
@@ -122,7 +138,28 @@ func runTarget(c *cli.Context) error {
 		printPort(port, port.Subsystems())
 	}
 	printSCSIConfig(cfg, run)
-	<-c.Context.Done()
+	reload := reloadFunc(c.String("config"), run, log)
+	if adminLn != nil {
+		go target.ServeAdmin(c.Context, adminLn, run.AdminHandler(reload, log), log)
+		fmt.Printf("  admin: rdisk admin --socket %s status\n", adminLn.Addr())
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for done := false; !done; {
+		select {
+		case <-c.Context.Done():
+			done = true
+		case <-hup:
+			if reload == nil {
+				log.Warn("rdisk target: SIGHUP: started from flags, no --config file to re-read")
+				continue
+			}
+			if _, err := reload(); err != nil {
+				log.Error("rdisk target: SIGHUP: reload", "err", err)
+			}
+		}
+	}
 	fmt.Println("rdisk target: stopping")
 	if st := run.SRP; st != nil {
 		// Which descriptor formats the initiators used (the interop
@@ -130,6 +167,57 @@ func runTarget(c *cli.Context) error {
 		fmt.Printf("rdisk target: SRP stats %+v\n", st.Stats())
 	}
 	return nil
+}
+
+// listenAdmin opens --admin-socket. The default path, when it cannot be
+// had (another target holds it, or it is not writable), is skipped with a
+// warning; a path given is required.
+func listenAdmin(c *cli.Context, log *slog.Logger) (net.Listener, error) {
+	path := c.String("admin-socket")
+	if path == "" {
+		return nil, nil
+	}
+	ln, err := target.ListenAdmin(path)
+	if err != nil && !c.IsSet("admin-socket") {
+		log.Warn("rdisk target: no admin socket (--admin-socket PATH picks another)", "err", err)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--admin-socket: %w", err)
+	}
+	return ln, nil
+}
+
+// reloadFunc re-reads the --config file and applies the difference, or is
+// nil for a target started from flags.
+func reloadFunc(path string, run *target.Running, log *slog.Logger) func() (*target.Changes, error) {
+	if path == "" {
+		return nil
+	}
+	return func() (*target.Changes, error) {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("reloading: %w", err)
+		}
+		defer f.Close()
+		cfg, err := target.Parse(f)
+		if err != nil {
+			return nil, fmt.Errorf("reloading %s (nothing changed): %w", path, err)
+		}
+		ch, err := run.Apply(cfg)
+		if ch != nil {
+			for _, a := range ch.Applied {
+				log.Info("rdisk target: reload: " + a)
+			}
+			for _, s := range ch.Skipped {
+				log.Warn("rdisk target: reload: not applied (needs a restart): " + s)
+			}
+			if len(ch.Applied) == 0 && len(ch.Skipped) == 0 {
+				log.Info("rdisk target: reload: nothing changed", "config", path)
+			}
+		}
+		return ch, err
+	}
 }
 
 // prepareFile makes the --file backstore as targetcli's fileio does: with

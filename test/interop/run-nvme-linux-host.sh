@@ -2,7 +2,8 @@
 # Interop acceptance harness: the Linux kernel's NVMe-oF host (nvme-cli;
 # nvme-rdma over siw, or nvme-tcp) against `rdisk target` inside the RDMA lab
 # guest (QEMU): discover, connect, 64 MiB O_DIRECT write/read/verify, id-ctrl,
-# smart-log, flush, dsm, write-zeroes, disconnect.
+# smart-log, flush, dsm, write-zeroes, then rdisk admin adds, resizes and
+# removes a namespace (the host must see each), disconnect.
 # Manual / acceptance only, not part of CI: without the lab it prints SKIP.
 #
 #   LAB=DIR              the lab (default: ../shared/lab next to the project root)

@@ -94,6 +94,36 @@ else
   nvme dsm $dev -n 1 -d -s 0 -b 8 2>&1; step dsm-deallocate $?
   nvme write-zeroes $dev -n 1 -s 8 -c 7 2>&1; step write-zeroes $?
   nvme get-feature $dev -f 0x6 2>&1; step get-feature-vwc $?
+  # Live management: a namespace added through rdisk admin appears on the
+  # connected host (Namespace Attribute Changed event), a resize takes
+  # effect, a removal makes it go away.
+  nsdev() { # the block device of namespace $1 of the connection
+    for n in $(ls -d $ctrl/nvme*n* 2>/dev/null); do
+      [ "$(cat $n/nsid 2>/dev/null)" = "$1" ] && basename $n | sed 's/c[0-9]*n/n/'
+    done
+  }
+  waitfor() { # waitfor CMD...: up to 10 s
+    j=0
+    while [ $j -lt 50 ]; do "$@" && return 0; j=$((j+1)); sleep 0.2; done
+    return 1
+  }
+  echo "--- before rdisk admin ns add"; nvme list; lsblk 2>/dev/null || cat /proc/partitions
+  rdisk admin ns add $NQN --nsid 2 --device ram:64MiB; step admin-ns-add $?
+  have2() { [ -n "$(nsdev 2)" ]; }
+  grown2() { [ "$(cat /sys/block/$dev2/size 2>/dev/null)" = 262144 ]; }
+  gone2() { [ ! -b /dev/$dev2 ]; }
+  waitfor have2
+  dev2=$(nsdev 2)
+  [ -n "$dev2" ] && [ "$(cat /sys/block/$dev2/size)" = 131072 ]; step admin-ns-appears $?
+  echo "--- after: namespace 2 is ${dev2:-missing}"; nvme list; lsblk 2>/dev/null || cat /proc/partitions
+  rdisk admin ns resize $NQN 2 128MiB; step admin-ns-resize $?
+  waitfor grown2; step admin-resize-seen $?
+  echo "--- after the resize to 128 MiB"; nvme list; lsblk 2>/dev/null || cat /proc/partitions
+  dd if=/tmp/pattern of=/dev/$dev2 bs=1M count=1 seek=127 oflag=direct 2>/dev/null; step admin-write-grown $?
+  rdisk admin status
+  rdisk admin ns rm $NQN 2; step admin-ns-rm $?
+  waitfor gone2; step admin-ns-gone $?
+  echo "--- after rdisk admin ns rm"; nvme list
 fi
 nvme disconnect -n $NQN; step disconnect $?
 sleep 0.5

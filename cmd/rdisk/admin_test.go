@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rdisk/rdisk/rdma/iwarp"
+	"github.com/rdisk/rdisk/target"
+)
+
+const adminNQN = "nqn.2026-12.io.rdisk:admin"
+
+// startAdminTarget starts a target from a configuration with its admin
+// socket, and returns it, the NVMe/TCP address and the socket path.
+func startAdminTarget(t *testing.T) (*target.Running, string, string) {
+	t.Helper()
+	cfg, err := target.Parse(strings.NewReader(`{
+  "subsystems": [{"nqn": "` + adminNQN + `", "attr": {"allow_any_host": "1"},
+    "namespaces": [{"nsid": 1, "enable": 1, "device": {"path": "ram:32MiB"}}]}],
+  "ports": [{"portid": 1, "addr": {"trtype": "rdma+tcp", "traddr": "127.0.0.1", "trsvcid": "0"}, "subsystems": ["` + adminNQN + `"]}]
+}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := iwarp.New(iwarp.Config{})
+	t.Cleanup(func() { p.Close() })
+	run, err := target.Start(cfg, p, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { run.Close() })
+	sock := filepath.Join(t.TempDir(), "admin.sock")
+	ln, err := target.ListenAdmin(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go target.ServeAdmin(ctx, ln, run.AdminHandler(nil, nil), nil)
+	return run, run.Ports[0].Addr().String(), sock
+}
+
+// TestAdminCLI runs the rdisk admin verbs against a target's socket.
+func TestAdminCLI(t *testing.T) {
+	t.Parallel()
+	run, _, sock := startAdminTarget(t)
+	admin := func(args ...string) (string, error) {
+		t.Helper()
+		out, errOut, err := runCLI(t, append([]string{"admin", "--socket", sock}, args...)...)
+		return out + errOut, err
+	}
+	steps := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ns", "add", adminNQN, "--device", "ram:2MiB"}, "namespace 2: added (ram:2MiB)"},
+		{[]string{"ns", "resize", adminNQN, "2", "4MiB"}, "namespace 2: 4MiB"},
+		{[]string{"ns", "disable", adminNQN, "2"}, "namespace 2: disabled"},
+		{[]string{"subsystem", "add", "nqn.2026-12.io.rdisk:two", "--allow-any-host"}, "subsystem nqn.2026-12.io.rdisk:two: added"},
+		{[]string{"port", "link", "1", "nqn.2026-12.io.rdisk:two"}, "port 1: subsystem nqn.2026-12.io.rdisk:two linked"},
+		{[]string{"host", "allow", adminNQN, cliHost}, "host " + cliHost + " allowed"},
+		{[]string{"status"}, "ram:4MiB"},
+		{[]string{"port", "disable", "1"}, "port 1: disabled"},
+		{[]string{"port", "enable", "1"}, "port 1: enabled"},
+	}
+	for _, s := range steps {
+		out, err := admin(s.args...)
+		if err != nil || !strings.Contains(out, s.want) {
+			t.Fatalf("admin %v: %v\n%s\nwant %q", s.args, err, out, s.want)
+		}
+	}
+	for _, s := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ns", "rm", "nqn.2026-12.io.rdisk:none", "1"}, "subsystem nqn.2026-12.io.rdisk:none: not found"},
+		{[]string{"ns", "rm", adminNQN, "x"}, `namespace ID "x"`},
+		{[]string{"ns", "resize", adminNQN, "2", "big"}, "SIZE:"},
+		{[]string{"lun", "map", adminNQN, "1"}, "needs --iscsi IQN or --srp PORT"},
+		{[]string{"close", "nvme", adminNQN}, "admin close takes"},
+		{[]string{"save", "--format", "yaml"}, `--format "yaml"`},
+		{[]string{"iscsi", "add", "iqn.2026-12.io.rdisk:x"}, "no rdisk_iscsi section is served"},
+	} {
+		if out, err := admin(s.args...); err == nil || !strings.Contains(err.Error(), s.want) {
+			t.Errorf("admin %v: %v\n%s\nwant an error with %q", s.args, err, out, s.want)
+		}
+	}
+	if _, _, err := runCLI(t, "admin", "--socket", filepath.Join(t.TempDir(), "none.sock"), "status"); err == nil || !strings.Contains(err.Error(), "is rdisk target running") {
+		t.Errorf("no target: %v", err)
+	}
+	out, err := admin("--json", "status")
+	var st target.Status
+	if err != nil || json.Unmarshal([]byte(out), &st) != nil || len(st.Namespaces) != 2 || !st.Ports[0].Listening {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	saved := filepath.Join(dir, "rdisk.json")
+	if out, err := admin("save", saved); err != nil {
+		t.Fatalf("save: %v\n%s", err, out)
+	}
+	f, err := os.Open(saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := target.Parse(f)
+	f.Close()
+	if err != nil {
+		t.Fatalf("the saved file does not parse: %v", err)
+	}
+	p, _ := iwarp.New(iwarp.Config{})
+	defer p.Close()
+	cfg.Ports[0].Addr.TrSvcID = "0"
+	again, err := target.Start(cfg, p, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if a, b := again.Config(), run.Config(); !sameJSON(a, b) {
+		t.Fatalf("restarted from the saved file: the model differs\n%+v\n%+v", a, b)
+	}
+	nvmetcli := filepath.Join(dir, "config.json")
+	out, err = admin("save", "--format", "nvmetcli", nvmetcli)
+	data, _ := os.ReadFile(nvmetcli)
+	if err != nil || !strings.Contains(out, "warning: port 1 serves rdma+tcp") || !strings.Contains(string(data), `"trtype": "tcp"`) {
+		t.Fatalf("save --format nvmetcli: %v\n%s\n%s", err, out, data)
+	}
+	if out, err := admin("ns", "rm", adminNQN, "2"); err != nil || !strings.Contains(out, "namespace 2: removed") {
+		t.Fatalf("ns rm: %v\n%s", err, out)
+	}
+}
+
+func sameJSON(a, b any) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
