@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rdisk/rdisk/rdma/iwarp"
 	"github.com/rdisk/rdisk/target"
@@ -137,4 +140,69 @@ func sameJSON(a, b any) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	return string(ja) == string(jb)
+}
+
+// TestTargetSIGHUP: rdisk target --config re-reads its file on SIGHUP and
+// applies the difference; a file that does not parse changes nothing.
+func TestTargetSIGHUP(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfgPath, sock := filepath.Join(dir, "target.json"), filepath.Join(dir, "admin.sock")
+	write := func(nss string) {
+		t.Helper()
+		js := `{"subsystems": [{"nqn": "` + adminNQN + `", "attr": {"allow_any_host": "1"}, "namespaces": [` + nss + `]}],
+  "ports": [{"portid": 1, "addr": {"trtype": "tcp", "traddr": "127.0.0.1", "trsvcid": "0"}, "subsystems": ["` + adminNQN + `"]}]}`
+		if err := os.WriteFile(cfgPath, []byte(js), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns1 := `{"nsid": 1, "enable": 1, "device": {"path": "ram:4MiB"}}`
+	write(ns1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := runCLIContext(t, ctx, "target", "--config", cfgPath, "--admin-socket", sock)
+		done <- err
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("rdisk target: %v", err)
+		}
+	}()
+	a := target.NewAdminClient(sock)
+	nsids := func() []uint32 {
+		var st target.Status
+		if err := a.Do(ctx, "GET", "/v1/status", nil, &st); err != nil {
+			return nil
+		}
+		var ids []uint32
+		for _, n := range st.Namespaces {
+			ids = append(ids, n.NSID)
+		}
+		return ids
+	}
+	waitFor := func(what string, want []uint32) {
+		t.Helper()
+		for i := 0; i < 200; i++ {
+			if got := nsids(); slices.Equal(got, want) {
+				return
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+		t.Fatalf("%s: namespaces %v, want %v", what, nsids(), want)
+	}
+	waitFor("start", []uint32{1})
+	write(ns1 + `, {"nsid": 2, "enable": 1, "device": {"path": "ram:1MiB"}}`)
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("after SIGHUP", []uint32{1, 2})
+	os.WriteFile(cfgPath, []byte(`{"subsystems": [`), 0o600)
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	var ch target.Changes
+	if err := a.Do(ctx, "POST", "/v1/reload", nil, &ch); err == nil || !strings.Contains(err.Error(), "nothing changed") {
+		t.Fatalf("reload of a broken file: %v", err)
+	}
+	waitFor("after a broken file", []uint32{1, 2})
 }

@@ -61,16 +61,22 @@ var cliMu sync.Mutex
 // stdout, stderr and the error main would print.
 func runCLI(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
+	return runCLIContext(t, context.Background(), args...)
+}
+
+// runCLIContext is runCLI until ctx ends (rdisk target runs until then).
+func runCLIContext(t *testing.T, ctx context.Context, args ...string) (string, string, error) {
+	t.Helper()
 	app := newApp()
 	var out, errOut bytes.Buffer
 	app.Writer, app.ErrWriter = &out, &errOut
 	argv := append([]string{"rdisk", "--log-level", "error"}, args...)
-	if !slices.Contains(args, "--hostid") && args[0] != "admin" {
+	if !slices.Contains(args, "--hostid") && args[0] != "admin" && args[0] != "target" {
 		argv = append(argv, "--hostnqn", cliHost, "--hostid", cliHostID)
 	}
 	cliMu.Lock()
 	defer cliMu.Unlock()
-	err := app.RunContext(context.Background(), interspersed(app, argv))
+	err := app.RunContext(ctx, interspersed(app, argv))
 	return out.String(), errOut.String(), err
 }
 
