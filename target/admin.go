@@ -37,7 +37,8 @@ type ResizeRequest struct {
 	Size string `json:"size,omitempty"`
 }
 
-// HostRequest names a host NQN to allow.
+// HostRequest names a host NQN (or an iSCSI initiator name, an SRP ACL
+// entry) to allow.
 type HostRequest struct {
 	NQN string `json:"nqn"`
 }
@@ -268,6 +269,28 @@ func (r *Running) AdminHandler(reload func() (*Changes, error), log *slog.Logger
 			ch, err := r.UnmapISCSILUN(req.PathValue("iqn"), lun)
 			changed(w, req, ch, err)
 		}
+	})
+	mux.HandleFunc("POST /v1/iscsi/targets/{iqn}/initiators", func(w http.ResponseWriter, req *http.Request) {
+		var h HostRequest
+		if body(w, req, &h) {
+			ch, err := r.AllowISCSIInitiator(req.PathValue("iqn"), h.NQN)
+			changed(w, req, ch, err)
+		}
+	})
+	mux.HandleFunc("DELETE /v1/iscsi/targets/{iqn}/initiators/{name}", func(w http.ResponseWriter, req *http.Request) {
+		ch, err := r.DenyISCSIInitiator(req.PathValue("iqn"), req.PathValue("name"))
+		changed(w, req, ch, err)
+	})
+	mux.HandleFunc("POST /v1/srp/ports/{port}/initiators", func(w http.ResponseWriter, req *http.Request) {
+		var h HostRequest
+		if body(w, req, &h) {
+			ch, err := r.AllowSRPInitiator(req.PathValue("port"), h.NQN)
+			changed(w, req, ch, err)
+		}
+	})
+	mux.HandleFunc("DELETE /v1/srp/ports/{port}/initiators/{name}", func(w http.ResponseWriter, req *http.Request) {
+		ch, err := r.DenySRPInitiator(req.PathValue("port"), req.PathValue("name"))
+		changed(w, req, ch, err)
 	})
 	mux.HandleFunc("POST /v1/srp/ports/{port}/luns", func(w http.ResponseWriter, req *http.Request) {
 		var ref LUNRef

@@ -391,6 +391,68 @@ func (r *Running) UnmapISCSILUN(iqn string, lun uint64) (*Changes, error) {
 	})
 }
 
+// AllowISCSIInitiator adds an initiator name to an iSCSI target's
+// allowed initiators (new logins).
+func (r *Running) AllowISCSIInitiator(iqn, initiator string) (*Changes, error) {
+	return r.change(func(c *Config) error {
+		t := c.iscsiTarget(iqn)
+		if t == nil {
+			return notFound("iscsi target %s", iqn)
+		}
+		if slices.Contains(t.AllowedInitiators, initiator) {
+			return fmt.Errorf("initiator %s is already allowed in %s", initiator, iqn)
+		}
+		t.AllowedInitiators = append(t.AllowedInitiators, initiator)
+		return nil
+	})
+}
+
+// DenyISCSIInitiator removes an initiator name from an iSCSI target's
+// allowed initiators (its sessions stay; rdisk admin close ends them).
+func (r *Running) DenyISCSIInitiator(iqn, initiator string) (*Changes, error) {
+	return r.change(func(c *Config) error {
+		t := c.iscsiTarget(iqn)
+		if t == nil {
+			return notFound("iscsi target %s", iqn)
+		}
+		if !slices.Contains(t.AllowedInitiators, initiator) {
+			return notFound("initiator %s in the allowed initiators of %s", initiator, iqn)
+		}
+		t.AllowedInitiators = slices.DeleteFunc(t.AllowedInitiators, func(n string) bool { return n == initiator })
+		return nil
+	})
+}
+
+// AllowSRPInitiator adds an entry to an SRP target port's ACL.
+func (r *Running) AllowSRPInitiator(port, initiator string) (*Changes, error) {
+	return r.change(func(c *Config) error {
+		pt, err := srpPortOf(c, port)
+		if err != nil {
+			return err
+		}
+		if slices.Contains(pt.AllowedInitiators, initiator) {
+			return fmt.Errorf("initiator %s is already allowed on srp port %s", initiator, port)
+		}
+		pt.AllowedInitiators = append(pt.AllowedInitiators, initiator)
+		return nil
+	})
+}
+
+// DenySRPInitiator removes an entry from an SRP target port's ACL.
+func (r *Running) DenySRPInitiator(port, initiator string) (*Changes, error) {
+	return r.change(func(c *Config) error {
+		pt, err := srpPortOf(c, port)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(pt.AllowedInitiators, initiator) {
+			return notFound("initiator %s in the ACL of srp port %s", initiator, port)
+		}
+		pt.AllowedInitiators = slices.DeleteFunc(pt.AllowedInitiators, func(n string) bool { return n == initiator })
+		return nil
+	})
+}
+
 // srpPortOf finds an SRP port by its port ID (0x + 32 hex digits) or its
 // id_ext when that is unique.
 func srpPortOf(c *Config, name string) (*SRPPort, error) {

@@ -4,17 +4,23 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rdisk/rdisk/blockdev"
+	"github.com/rdisk/rdisk/iser"
+	iserinit "github.com/rdisk/rdisk/iser/initiator"
 	"github.com/rdisk/rdisk/nvmeof"
 	"github.com/rdisk/rdisk/nvmeof/host"
 	"github.com/rdisk/rdisk/rdma/iwarp"
+	"github.com/rdisk/rdisk/scsi"
+	scsihost "github.com/rdisk/rdisk/scsi/host"
 )
 
 const (
@@ -308,5 +314,98 @@ func TestAdminSocket(t *testing.T) {
 	}
 	if !strings.Contains(string(res.Config), `"allow_any_host": "1"`) || len(res.Warnings) == 0 {
 		t.Fatalf("nvmetcli save: %s %v", res.Config, res.Warnings)
+	}
+}
+
+// TestAdminSCSI: LUNs mapped, unmapped and resized live reach a logged-in
+// iSCSI session as unit attentions; the ACL and closing a session work.
+func TestAdminSCSI(t *testing.T) {
+	t.Parallel()
+	run, _ := startConfig(t, applyBefore)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const iqn = "iqn.2026-12.io.rdisk:t"
+	login := func(name string) (*iserinit.Device, error) {
+		h, port, _ := net.SplitHostPort(run.ISCSIPortals[0].String())
+		n, _ := strconv.Atoi(port)
+		return iserinit.Open(ctx, iserinit.URL{Transport: iser.TransportTCP, Host: h, Port: n, Target: iqn}, iserinit.Config{InitiatorName: name})
+	}
+	const me = "iqn.2026-12.io.rdisk:admin-test"
+	dev, err := login(me)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	s := dev.Session()
+	tur := func(lun uint64) (scsi.Status, scsi.ASC) {
+		c := &scsihost.Command{LUN: lun, CDB: make([]byte, 6)}
+		if err := s.RunSCSI(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if c.Status != scsi.StatusCheckCondition {
+			return c.Status, 0
+		}
+		sn, err := scsi.ParseSense(c.Sense)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Status, sn.ASC
+	}
+	settle := func(lun uint64) { // a new nexus reports POWER ON first
+		for i := 0; i < 5; i++ {
+			if st, _ := tur(lun); st == scsi.StatusGood {
+				return
+			}
+		}
+		t.Fatalf("LUN %d does not become ready", lun)
+	}
+	settle(0)
+	expectUA := func(what string, lun uint64, want scsi.ASC) {
+		t.Helper()
+		st, asc := tur(lun)
+		if st != scsi.StatusCheckCondition || asc != want {
+			t.Fatalf("%s: status %v ASC %v, want CHECK CONDITION %v", what, st, asc, want)
+		}
+		if st, _ := tur(lun); st != scsi.StatusGood {
+			t.Fatalf("%s: the unit attention was not cleared: %v", what, st)
+		}
+	}
+	if _, err := run.MapISCSILUN(iqn, LUNRef{LUN: 7, Subsystem: nqnA, NSID: 2}); err != nil {
+		t.Fatal(err)
+	}
+	expectUA("map", 0, scsi.ASCReportedLUNsDataChanged)
+	settle(7)
+	if _, err := run.ResizeNamespace(nqnA, 2, 2<<20); err != nil {
+		t.Fatal(err)
+	}
+	expectUA("resize", 7, scsi.ASCCapacityDataChanged)
+	if _, err := run.UnmapISCSILUN(iqn, 7); err != nil {
+		t.Fatal(err)
+	}
+	expectUA("unmap", 0, scsi.ASCReportedLUNsDataChanged)
+	if st, asc := tur(7); st != scsi.StatusCheckCondition || asc != scsi.ASCLUNotSupported {
+		t.Fatalf("the unmapped LUN: %v %v", st, asc)
+	}
+	st := run.Status()
+	if len(st.ISCSISessions) != 1 || st.ISCSISessions[0].Initiator != me || st.ISCSISessions[0].Commands == 0 {
+		t.Fatalf("iscsi sessions: %+v", st.ISCSISessions)
+	}
+	// The ACL: with one name allowed, another may not log in.
+	if _, err := run.AllowISCSIInitiator(iqn, me); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := login("iqn.2026-12.io.rdisk:stranger"); err == nil {
+		d.Close()
+		t.Fatal("an initiator not in the ACL logged in")
+	}
+	if err := run.CloseISCSISession(st.ISCSISessions[0].TSIH); err != nil {
+		t.Fatal(err)
+	}
+	c := &scsihost.Command{CDB: make([]byte, 6)}
+	if err := s.RunSCSI(ctx, c); err == nil && c.Status == scsi.StatusGood {
+		t.Fatal("a closed session still runs commands")
+	}
+	if err := run.CloseISCSISession(st.ISCSISessions[0].TSIH); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("closing it again: %v", err)
 	}
 }

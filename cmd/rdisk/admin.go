@@ -146,6 +146,10 @@ the difference. The socket speaks HTTP with JSON: curl --unix-socket
 					return adminChange(c, "DELETE", "/v1/iscsi/targets/"+url.PathEscape(a[0]), nil)
 				}},
 			}},
+			{Name: "initiator", Usage: "the initiators an iSCSI target or SRP target port allows", Subcommands: []*cli.Command{
+				{Name: "allow", Usage: "allow an initiator name (--iscsi) or ACL entry (--srp: a port ID, GUID or address)", ArgsUsage: "NAME", Flags: scsiFlags, Action: adminInitiator("POST")},
+				{Name: "deny", Usage: "remove it (sessions stay: rdisk admin close ends them)", ArgsUsage: "NAME", Flags: scsiFlags, Action: adminInitiator("DELETE")},
+			}},
 			{Name: "lun", Usage: "SCSI LUNs (one SCSI logical unit per namespace, shared by iSCSI and SRP)", Subcommands: []*cli.Command{
 				{Name: "map", Usage: "export a namespace as a LUN", ArgsUsage: "SUBNQN NSID",
 					Flags: append([]cli.Flag{&cli.Uint64Flag{Name: "lun", Usage: "the LUN (default: the lowest free one)"}}, scsiFlags...), Action: adminLUNMap},
@@ -515,14 +519,37 @@ func adminISCSIAdd(c *cli.Context) error {
 
 // scsiTargetPath is the LUN collection of --iscsi or --srp.
 func scsiTargetPath(c *cli.Context) (string, error) {
+	p, err := scsiTarget(c)
+	return p + "/luns", err
+}
+
+// scsiTarget is the path of --iscsi or --srp.
+func scsiTarget(c *cli.Context) (string, error) {
 	i, s := c.String("iscsi"), c.String("srp")
 	switch {
 	case (i == "") == (s == ""):
 		return "", fmt.Errorf("%s needs --iscsi IQN or --srp PORT", c.Command.FullName())
 	case i != "":
-		return "/v1/iscsi/targets/" + url.PathEscape(i) + "/luns", nil
+		return "/v1/iscsi/targets/" + url.PathEscape(i), nil
 	}
-	return "/v1/srp/ports/" + url.PathEscape(s) + "/luns", nil
+	return "/v1/srp/ports/" + url.PathEscape(s), nil
+}
+
+func adminInitiator(method string) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		a, err := args(c, 1, "an initiator NAME")
+		if err != nil {
+			return err
+		}
+		p, err := scsiTarget(c)
+		if err != nil {
+			return err
+		}
+		if method == "POST" {
+			return adminChange(c, method, p+"/initiators", target.HostRequest{NQN: a[0]})
+		}
+		return adminChange(c, method, p+"/initiators/"+url.PathEscape(a[0]), nil)
+	}
 }
 
 func adminLUNMap(c *cli.Context) error {
