@@ -280,8 +280,9 @@ func (c *Controller) onAER(st nvmeof.Status, dw0 uint32, err error) {
 	}
 }
 
-// aenWorker reads the log page that clears each event, tells the caller and
-// reposts the AER.
+// aenWorker reads the log page that clears each event, refreshes the
+// namespaces a Namespace Attribute Changed notice names, tells the caller
+// and reposts the AER.
 func (c *Controller) aenWorker() {
 	defer c.bg.Done()
 	for {
@@ -311,6 +312,11 @@ func (c *Controller) aenWorker() {
 		cancel()
 		if err != nil {
 			c.log.Warn("nvme host: reading the log page of an event failed", "event", fmt.Sprintf("%#x", dw0), "err", err)
+		}
+		if ev.Type == nvmeof.AsyncEventNotice && ev.Info == nvmeof.NoticeNSChanged {
+			// Without the list (the read failed), every namespace may have
+			// changed.
+			c.refreshNamespaces(ev.Namespaces, ev.AllNamespaces || err != nil)
 		}
 		c.log.Info("nvme host: asynchronous event", "type", ev.Type, "info", fmt.Sprintf("%#x", ev.Info), "log", fmt.Sprintf("%#x", ev.LogPage), "namespaces", ev.Namespaces)
 		if c.cfg.OnEvent != nil {

@@ -88,8 +88,10 @@ type Config struct {
 	// Logger receives connection events; nil discards them.
 	Logger *slog.Logger
 	// OnEvent, if set, is called for every asynchronous event, after the
-	// host read the log page that clears it. It runs on a goroutine of the
-	// controller and may issue admin commands.
+	// host read the log page that clears it and, for a Namespace Attribute
+	// Changed notice, refreshed the open Namespaces it names (see
+	// Namespace.Refresh). It runs on a goroutine of the controller and may
+	// issue admin commands.
 	OnEvent func(Event)
 }
 
@@ -195,6 +197,10 @@ type Controller struct {
 	bg        sync.WaitGroup
 	stop      chan struct{}
 	aen       chan uint32
+
+	// The Namespaces opened and not closed, which events refresh.
+	nsMu sync.Mutex
+	open map[*Namespace]struct{}
 
 	// DH-HMAC-CHAP: the transaction ID counter of the controller (Linux
 	// ctrl->transaction), the S2 sequence numbers of its queues, and the

@@ -33,6 +33,10 @@ type fakeCtrl struct {
 	connectStatus nvmeof.Status
 	// identify edits the Identify Controller data before it is sent.
 	identify func(*nvmeof.IdentifyController)
+	// identifyNS, when set, edits the Identify Namespace data of nsid
+	// (namespace 1 starts as 2048 512-byte blocks, others as zeroes); a
+	// non-zero status fails the command instead.
+	identifyNS func(nsid uint32, id *nvmeof.IdentifyNamespace) nvmeof.Status
 	// io handles an I/O command; nil answers success without data.
 	io func(q *fakeQueue, sqe nvmeof.SQE, kind nvmeof.CommandKind)
 
@@ -269,8 +273,17 @@ func (q *fakeQueue) handle(sqe nvmeof.SQE, kind nvmeof.CommandKind, capsule []by
 			}
 			id.Encode(b)
 		case nvmeof.CNSNamespace:
+			var ns nvmeof.IdentifyNamespace
 			if sqe.NSID() == 1 {
-				ns := nvmeof.IdentifyNamespace{NSZE: 2048, NCAP: 2048, NUSE: 2048, LBAF: []nvmeof.LBAFormat{{LBADS: 9}}}
+				ns = nvmeof.IdentifyNamespace{NSZE: 2048, NCAP: 2048, NUSE: 2048, LBAF: []nvmeof.LBAFormat{{LBADS: 9}}}
+			}
+			if f.identifyNS != nil {
+				if st := f.identifyNS(sqe.NSID(), &ns); st != 0 {
+					q.respond(sqe.CID(), st, 0, 0)
+					return
+				}
+			}
+			if ns.NSZE != 0 {
 				ns.Encode(b)
 			}
 		case nvmeof.CNSActiveNSList:

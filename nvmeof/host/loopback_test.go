@@ -489,7 +489,7 @@ func TestLoopbackOutOfRange(t *testing.T) {
 	ns := openLoop(t, lt, hostConfig())
 	// Bypass blockdev.Check by lying about the size: the target must answer
 	// LBA Out of Range, which maps to blockdev.ErrRange.
-	ns.info.Size *= 2
+	setSize(ns, 2<<20)
 	buf, _ := ns.AllocBuffer(4096)
 	err := blockdev.Do(ns, &blockdev.Request{Op: blockdev.OpRead, Offset: 1 << 20, Length: 4096, Buf: buf})
 	var se *StatusError
@@ -497,7 +497,7 @@ func TestLoopbackOutOfRange(t *testing.T) {
 		t.Fatalf("read past the end: %v, want an LBA Out of Range status", err)
 	}
 	// The controller still works.
-	ns.info.Size /= 2
+	setSize(ns, 1<<20)
 	if err := blockdev.Do(ns, &blockdev.Request{Op: blockdev.OpRead, Length: 4096, Buf: buf}); err != nil {
 		t.Fatalf("read after the error: %v", err)
 	}

@@ -2,7 +2,10 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/rdisk/rdisk/blockdev"
@@ -14,14 +17,36 @@ import (
 // Namespace is one namespace of a controller as a blockdev.Device. Its
 // requests run on the controller's I/O queues; Request.Queue picks the
 // queue. It is safe for concurrent use.
+//
+// The controller keeps it up to date: on a Namespace Attribute Changed
+// event that names it (or all namespaces), it re-reads Identify Namespace
+// (see Refresh) before it calls Config.OnEvent, so Info and Identify
+// return the new size from then on. A namespace that is gone is marked
+// Removed; requests are still sent, and the target fails them (Invalid
+// Namespace or Format) until the namespace comes back.
 type Namespace struct {
-	c      *Controller
-	nsid   uint32
-	id     nvmeof.IdentifyNamespace
-	info   blockdev.Info
-	shift  uint // log2 of the block size
-	owned  bool // Close closes the controller
-	closed atomic.Bool
+	c         *Controller
+	nsid      uint32
+	shift     uint // log2 of the block size; fixed at open
+	state     atomic.Pointer[nsState]
+	refreshMu sync.Mutex // orders Refresh calls
+	owned     bool       // Close closes the controller
+	closed    atomic.Bool
+}
+
+// nsState is what a Namespace knows of its namespace. Refresh replaces it
+// whole (it is never changed), so Submit checks requests against one
+// consistent snapshot with one atomic load.
+type nsState struct {
+	id   nvmeof.IdentifyNamespace
+	info blockdev.Info
+	// removed: the last Identify found the namespace inactive; id and info
+	// are the last ones it had.
+	removed bool
+	// failed, when set, is what Submit returns: the namespace changed in a
+	// way requests built for the old one must not reach (a new block
+	// size).
+	failed error
 }
 
 var _ blockdev.Device = (*Namespace)(nil)
@@ -41,15 +66,33 @@ func (c *Controller) Namespace(ctx context.Context, nsid uint32) (*Namespace, er
 	if id.NSZE == 0 {
 		return nil, fmt.Errorf("namespace %d of %s: %w", nsid, c.subNQN, ErrNoNamespace)
 	}
+	info, shift, err := c.namespaceInfo(nsid, &id)
+	if err != nil {
+		return nil, err
+	}
+	ns := &Namespace{c: c, nsid: nsid, shift: shift}
+	ns.state.Store(&nsState{id: id, info: info})
+	c.nsMu.Lock()
+	if c.open == nil {
+		c.open = map[*Namespace]struct{}{}
+	}
+	c.open[ns] = struct{}{}
+	c.nsMu.Unlock()
+	return ns, nil
+}
+
+// namespaceInfo checks the Identify Namespace data of nsid and derives the
+// blockdev.Info and the block shift from it.
+func (c *Controller) namespaceInfo(nsid uint32, id *nvmeof.IdentifyNamespace) (blockdev.Info, uint, error) {
 	bs := id.BlockSize()
 	if bs < 512 || bs > 65536 || bs&(bs-1) != 0 {
-		return nil, fmt.Errorf("namespace %d: unsupported LBA format (FLBAS %#x, %d-byte blocks)", nsid, id.FLBAS, bs)
+		return blockdev.Info{}, 0, fmt.Errorf("namespace %d: unsupported LBA format (FLBAS %#x, %d-byte blocks)", nsid, id.FLBAS, bs)
 	}
 	if f := id.LBAF[nvmeof.LBAFormatIndex(id.FLBAS)]; f.MS != 0 {
-		return nil, fmt.Errorf("namespace %d: LBA format with %d bytes of metadata per block is not supported", nsid, f.MS)
+		return blockdev.Info{}, 0, fmt.Errorf("namespace %d: LBA format with %d bytes of metadata per block is not supported", nsid, f.MS)
 	}
 	if id.NSZE > uint64(1<<62)/uint64(bs) {
-		return nil, fmt.Errorf("namespace %d: %d blocks is too large", nsid, id.NSZE)
+		return blockdev.Info{}, 0, fmt.Errorf("namespace %d: %d blocks is too large", nsid, id.NSZE)
 	}
 	shift := uint(0)
 	for 1<<shift != bs {
@@ -57,7 +100,7 @@ func (c *Controller) Namespace(ctx context.Context, nsid uint32) (*Namespace, er
 	}
 	mt := c.maxTransfer - c.maxTransfer%int(bs)
 	if mt < int(bs) {
-		return nil, fmt.Errorf("namespace %d: %d-byte blocks exceed the %d-byte transfer limit", nsid, bs, c.maxTransfer)
+		return blockdev.Info{}, 0, fmt.Errorf("namespace %d: %d-byte blocks exceed the %d-byte transfer limit", nsid, bs, c.maxTransfer)
 	}
 	mt = min(mt, 65536<<shift) // NLB is 16 bits
 	caps := blockdev.CapFUA
@@ -76,20 +119,96 @@ func (c *Controller) Namespace(ctx context.Context, nsid uint32) (*Namespace, er
 	}
 	u := URL{Transport: c.cfg.Transport, SubNQN: c.subNQN, NSID: nsid}
 	u.Host, u.Port = splitAddr(c.addr)
-	ns := &Namespace{
-		c: c, nsid: nsid, id: id, shift: shift,
-		info: blockdev.Info{
-			Name:        u.String(),
-			BlockSize:   int(bs),
-			Size:        int64(id.NSZE) << shift,
-			Queues:      len(c.io),
-			QueueDepth:  c.ioDepth,
-			MaxTransfer: mt,
-			MaxZeroes:   min(int64(id.NSZE), 65536) << shift,
-			Caps:        caps,
-		},
+	return blockdev.Info{
+		Name:        u.String(),
+		BlockSize:   int(bs),
+		Size:        int64(id.NSZE) << shift,
+		Queues:      len(c.io),
+		QueueDepth:  c.ioDepth,
+		MaxTransfer: mt,
+		MaxZeroes:   min(int64(id.NSZE), 65536) << shift,
+		Caps:        caps,
+	}, shift, nil
+}
+
+// Refresh re-reads the Identify Namespace data and updates what Info and
+// Identify return (the controller does it on a Namespace Attribute Changed
+// event). When the namespace is no longer active (Identify returns zeroes,
+// or a status with DNR, as for an unknown NSID) it is marked Removed, Info
+// keeps the last size and Refresh returns an error wrapping ErrNoNamespace;
+// a later Refresh that finds it again clears the mark. When its block size
+// changed, or it became unusable, requests fail in Submit from then on
+// with the error Refresh returns. Other failures (the controller did not
+// answer) change nothing.
+func (ns *Namespace) Refresh(ctx context.Context) error {
+	if ns.closed.Load() {
+		return blockdev.ErrClosed
 	}
-	return ns, nil
+	ns.refreshMu.Lock()
+	defer ns.refreshMu.Unlock()
+	old := ns.state.Load()
+	c := ns.c
+	id, err := c.IdentifyNamespace(ctx, ns.nsid)
+	var se *StatusError
+	switch {
+	case errors.As(err, &se) && se.Status.DNR():
+		return ns.markRemoved(old, se.Status.String())
+	case err != nil:
+		return fmt.Errorf("re-identifying namespace %d of %s: %w", ns.nsid, c.subNQN, err)
+	case id.NSZE == 0:
+		return ns.markRemoved(old, "inactive (Identify Namespace is all zeroes)")
+	}
+	info, shift, err := c.namespaceInfo(ns.nsid, &id)
+	if err == nil && shift != ns.shift {
+		err = fmt.Errorf("namespace %d of %s: the block size changed from %d to %d bytes: reopen it", ns.nsid, c.subNQN, 1<<ns.shift, 1<<shift)
+	}
+	if err != nil {
+		c.log.Warn("nvme host: namespace changed and is unusable", "subnqn", c.subNQN, "nsid", ns.nsid, "err", err)
+		ns.state.Store(&nsState{id: id, info: old.info, failed: err})
+		return err
+	}
+	ns.state.Store(&nsState{id: id, info: info})
+	switch {
+	case old.removed || old.failed != nil:
+		c.log.Info("nvme host: namespace is back", "subnqn", c.subNQN, "nsid", ns.nsid, "size", info.Size)
+	case old.info.Size != info.Size:
+		c.log.Info("nvme host: namespace resized", "subnqn", c.subNQN, "nsid", ns.nsid, "old_size", old.info.Size, "size", info.Size)
+	}
+	return nil
+}
+
+// markRemoved records that the namespace is gone; requests still go to
+// the target, which fails them.
+func (ns *Namespace) markRemoved(old *nsState, why string) error {
+	if !old.removed {
+		ns.c.log.Warn("nvme host: namespace removed", "subnqn", ns.c.subNQN, "nsid", ns.nsid, "reason", why)
+	}
+	ns.state.Store(&nsState{id: old.id, info: old.info, removed: true})
+	return fmt.Errorf("namespace %d of %s: %w (%s)", ns.nsid, ns.c.subNQN, ErrNoNamespace, why)
+}
+
+// refreshNamespaces refreshes the open namespaces that a Namespace
+// Attribute Changed event names (all of them when all is set).
+func (c *Controller) refreshNamespaces(nsids []uint32, all bool) {
+	c.nsMu.Lock()
+	var todo []*Namespace
+	for ns := range c.open {
+		if all || slices.Contains(nsids, ns.nsid) {
+			todo = append(todo, ns)
+		}
+	}
+	c.nsMu.Unlock()
+	for _, ns := range todo {
+		if c.closing.Load() || c.Err() != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.CommandTimeout)
+		err := ns.Refresh(ctx)
+		cancel()
+		if err != nil && !errors.Is(err, ErrNoNamespace) && !errors.Is(err, blockdev.ErrClosed) {
+			c.log.Warn("nvme host: refreshing a namespace after an event failed", "subnqn", c.subNQN, "nsid", ns.nsid, "err", err)
+		}
+	}
 }
 
 // Open connects to the subsystem a URL names, over the URL's transport
@@ -133,17 +252,25 @@ func (ns *Namespace) Controller() *Controller { return ns.c }
 // NSID returns the namespace ID.
 func (ns *Namespace) NSID() uint32 { return ns.nsid }
 
-// Identify returns the Identify Namespace data read at open.
-func (ns *Namespace) Identify() nvmeof.IdentifyNamespace { return ns.id }
+// Identify returns the Identify Namespace data read at open or by the
+// last Refresh that found the namespace.
+func (ns *Namespace) Identify() nvmeof.IdentifyNamespace { return ns.state.Load().id }
 
-// Info implements blockdev.Device.
-func (ns *Namespace) Info() blockdev.Info { return ns.info }
+// Info implements blockdev.Device. Size follows the namespace's resizes
+// (see Refresh).
+func (ns *Namespace) Info() blockdev.Info { return ns.state.Load().info }
+
+// Removed tells whether the last Refresh found the namespace gone.
+func (ns *Namespace) Removed() bool { return ns.state.Load().removed }
 
 // Close implements blockdev.Device: it closes the controller if Open made
 // it, else it only stops further submissions (requests in flight complete
 // normally).
 func (ns *Namespace) Close() error {
 	ns.closed.Store(true)
+	ns.c.nsMu.Lock()
+	delete(ns.c.open, ns)
+	ns.c.nsMu.Unlock()
 	if ns.owned {
 		return ns.c.Close()
 	}
@@ -185,7 +312,11 @@ func (ns *Namespace) Done() <-chan struct{} { return ns.c.Done() }
 // chosen queue and sends it; it does not allocate. Reads and writes need a
 // buffer from this controller's AllocBuffer or RegisterBuffer.
 func (ns *Namespace) Submit(r *blockdev.Request) error {
-	if err := blockdev.Check(&ns.info, r); err != nil {
+	st := ns.state.Load()
+	if st.failed != nil {
+		return st.failed
+	}
+	if err := blockdev.Check(&st.info, r); err != nil {
 		return err
 	}
 	if ns.closed.Load() {
