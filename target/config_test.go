@@ -120,34 +120,9 @@ func FuzzParseStart(f *testing.F) {
 	f.Add(scsiConfig)
 	p, _ := iwarp.New(iwarp.Config{})
 	f.Fuzz(func(t *testing.T, s string) {
-		c, err := Parse(strings.NewReader(s))
-		if err != nil {
+		c := fuzzConfig(s)
+		if c == nil {
 			return
-		}
-		for i := range c.Subsystems {
-			for j := range c.Subsystems[i].Namespaces {
-				path := c.Subsystems[i].Namespaces[j].Device.Path
-				if !strings.HasPrefix(path, "ram:") && !strings.HasPrefix(path, "null:") {
-					c.Subsystems[i].Namespaces[j].Device.Path = "null:1MiB" // no files from fuzz input
-				}
-			}
-		}
-		for i := range c.Ports {
-			c.Ports[i].Addr.TrAddr, c.Ports[i].Addr.TrSvcID = "127.0.0.1", "0"
-		}
-		// Loopback listeners only, and no secrets read from files.
-		if ic := c.ISCSI; ic != nil {
-			ic.Portals = []string{"127.0.0.1:0"}
-			for i := range ic.Targets {
-				for _, ch := range []*CHAP{ic.Targets[i].CHAP, ic.Targets[i].MutualCHAP} {
-					if ch != nil && strings.HasPrefix(ch.Secret, "@") {
-						ch.Secret = "fuzz-secret-1234"
-					}
-				}
-			}
-		}
-		if c.SRP != nil {
-			c.SRP.Listen = []string{"127.0.0.1:0"}
 		}
 		if run, err := Start(c, p, slog.New(slog.DiscardHandler), nil); err == nil {
 			run.Close()
@@ -376,4 +351,80 @@ func TestHostSecretFromFile(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "hosts[0]") || !strings.Contains(err.Error(), "dhchap_key") {
 		t.Fatalf("missing secret file: %v", err)
 	}
+}
+
+// fuzzConfig parses fuzz input into a configuration that is safe to start:
+// RAM and null disks only, loopback listeners on port 0, no secrets read
+// from files. It returns nil for input that does not parse.
+func fuzzConfig(s string) *Config {
+	c, err := Parse(strings.NewReader(s))
+	if err != nil {
+		return nil
+	}
+	for i := range c.Subsystems {
+		for j := range c.Subsystems[i].Namespaces {
+			path := c.Subsystems[i].Namespaces[j].Device.Path
+			if !strings.HasPrefix(path, "ram:") && !strings.HasPrefix(path, "null:") {
+				c.Subsystems[i].Namespaces[j].Device.Path = "null:1MiB" // no files from fuzz input
+			}
+		}
+	}
+	for i := range c.Ports {
+		c.Ports[i].Addr.TrAddr, c.Ports[i].Addr.TrSvcID = "127.0.0.1", "0"
+	}
+	for i := range c.Hosts {
+		for _, k := range []*string{&c.Hosts[i].Key, &c.Hosts[i].CtrlKey} {
+			if strings.HasPrefix(*k, "@") {
+				*k = ""
+			}
+		}
+		c.Hosts[i].DHCHAP = nil
+	}
+	if ic := c.ISCSI; ic != nil {
+		ic.Portals = []string{"127.0.0.1:0"}
+		chaps := []*CHAP{ic.DiscoveryCHAP, ic.DiscoveryMutualCHAP}
+		for i := range ic.Targets {
+			chaps = append(chaps, ic.Targets[i].CHAP, ic.Targets[i].MutualCHAP)
+		}
+		for _, ch := range chaps {
+			if ch != nil && strings.HasPrefix(ch.Secret, "@") {
+				ch.Secret = "fuzz-secret-1234"
+			}
+		}
+	}
+	if c.SRP != nil {
+		c.SRP.Listen = []string{"127.0.0.1:0"}
+	}
+	if c.validate(&positions{}) != nil {
+		return nil
+	}
+	return c
+}
+
+// FuzzApply starts one configuration and applies another, then the first
+// again: no panic, and an apply that reports no error and nothing skipped
+// leaves exactly the configuration applied as the model.
+func FuzzApply(f *testing.F) {
+	f.Add(applyBefore, applyAfter)
+	f.Add(applyAfter, applyBefore)
+	f.Add(scsiConfig, applyAfter)
+	f.Add(strings.Replace(nvmetcliJSON, "FILE", "ram:1MiB", 1), applyBefore)
+	p, _ := iwarp.New(iwarp.Config{})
+	f.Fuzz(func(t *testing.T, a, b string) {
+		ca, cb := fuzzConfig(a), fuzzConfig(b)
+		if ca == nil || cb == nil {
+			return
+		}
+		run, err := Start(ca, p, slog.New(slog.DiscardHandler), nil)
+		if err != nil {
+			return
+		}
+		defer run.Close()
+		for _, c := range []*Config{cb, ca} {
+			ch, err := run.Apply(c)
+			if err == nil && len(ch.Skipped) == 0 && !same(run.Config(), c) {
+				t.Fatalf("applied without an error, but the model is not the configuration:\n%+v\n%+v", run.Config(), c)
+			}
+		}
+	})
 }
