@@ -29,6 +29,11 @@
 // neither Discarder nor ZeroWriter; a read-only disk has them all but
 // returns ErrReadOnly.
 //
+// Capacity can change while a disk serves: Resizer (Mem, File and Null
+// grow; only Null shrinks; Block refuses and says to resize the device) and
+// Rescanner (File and Block re-read the size set outside rdisk). Size is
+// safe to call meanwhile, and a request sees the old size or the new one.
+//
 // Every disk keeps Stats (operations, bytes, errors, latency histograms)
 // with atomic counters, and reports Health: synthetic for Mem, File and
 // Null (their own counters, never a warning), SMART for Block (ATA, NVMe or

@@ -35,4 +35,15 @@
 // Retry says whether such a command is sent again: UNIT ATTENTION, BUSY and
 // TASK SET FULL, at most MaxRetries times, on the probe path (Do) and on
 // the transports' I/O paths alike.
+//
+// # Capacity changes
+//
+// A target that resizes a LUN reports CAPACITY DATA HAS CHANGED (2Ah/09h)
+// to each nexus, and one that maps or unmaps LUNs REPORTED LUNS DATA HAS
+// CHANGED (3Fh/0Eh). ParseUnitAttention tells them apart without
+// allocating. Live holds an open LU's description and blockdev.Info as one
+// snapshot that Refresh (READ CAPACITY(16)) replaces atomically; Live.Check
+// checks a request and hands out the snapshot's LU to build it with, and
+// Live.Do is Do that re-reads the capacity before it retries through a
+// CAPACITY DATA HAS CHANGED and logs a LUN inventory change.
 package host

@@ -395,8 +395,9 @@ func TestRetry(t *testing.T) {
 // fakeLU answers the probe's commands with golden data and records the
 // CDBs it got.
 type fakeLU struct {
-	uas   int // unit attentions still to report
-	busy  int // BUSY statuses still to report
+	uas   int      // unit attentions still to report
+	uaASC scsi.ASC // their code; 0 means POWER ON, RESET
+	busy  int      // BUSY statuses still to report
 	pages map[string][]byte
 	fail  map[byte]scsi.SenseKey // opcode -> CHECK CONDITION
 	cdbs  []string
@@ -413,6 +414,9 @@ func (f *fakeLU) RunSCSI(ctx context.Context, c *Command) error {
 	}
 	if f.uas > 0 {
 		f.uas--
+		if f.uaASC != 0 {
+			return checkCondition(scsi.KeyUnitAttention, f.uaASC)
+		}
 		return checkCondition(scsi.KeyUnitAttention, scsi.ASCPowerOnReset)
 	}
 	if f.busy > 0 {

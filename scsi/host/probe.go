@@ -47,7 +47,11 @@ func (c *Command) DataIn() []byte {
 // pause for BUSY and TASK SET FULL). It returns nil on GOOD or CONDITION
 // MET, a *StatusError for another status, or r's error wrapped with the
 // command's name.
-func Do(ctx context.Context, r Runner, c *Command) error {
+func Do(ctx context.Context, r Runner, c *Command) error { return do(ctx, r, c, nil) }
+
+// do is Do, calling onUA (when set) with each unit attention it is about
+// to retry through, before the command is sent again.
+func do(ctx context.Context, r Runner, c *Command, onUA func(UnitAttention)) error {
 	name := CommandName(c.CDB)
 	for try := 0; ; try++ {
 		c.Status, c.Sense, c.Resid = scsi.StatusGood, nil, 0
@@ -60,6 +64,11 @@ func Do(ctx context.Context, r Runner, c *Command) error {
 		}
 		if !Retry(c.Status, c.Sense, try) {
 			return NewStatusError("", name, c.Status, c.Sense)
+		}
+		if onUA != nil {
+			if ua := ParseUnitAttention(c.Status, c.Sense); ua != NoUnitAttention {
+				onUA(ua)
+			}
 		}
 		if c.Status != scsi.StatusCheckCondition {
 			t := time.NewTimer(time.Duration(1<<try) * 10 * time.Millisecond)
