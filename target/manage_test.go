@@ -240,8 +240,8 @@ func TestAdminSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitNS("resize")
-	if got := ctrl.Identify(); got.NN == 0 {
-		t.Fatal("identify")
+	if got := n5.Info().Size; got != 4<<20 {
+		t.Fatalf("the host sees %d bytes after the resize, want 4 MiB", got)
 	}
 	var st Status
 	if err := a.Do(ctx, http.MethodGet, "/v1/status", nil, &st); err != nil {

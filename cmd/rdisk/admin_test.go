@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdisk/rdisk/blockdev"
+	"github.com/rdisk/rdisk/nvmeof"
+	"github.com/rdisk/rdisk/nvmeof/host"
 	"github.com/rdisk/rdisk/rdma/iwarp"
 	"github.com/rdisk/rdisk/target"
 )
@@ -45,6 +50,90 @@ func startAdminTarget(t *testing.T) (*target.Running, string, string) {
 	t.Cleanup(cancel)
 	go target.ServeAdmin(ctx, ln, run.AdminHandler(nil, nil), nil)
 	return run, run.Ports[0].Addr().String(), sock
+}
+
+// TestAdminUnderBench adds, resizes and removes a namespace through the
+// admin socket while rdisk bench --verify runs on another: a connected
+// host gets each Namespace Attribute Changed event and sees the new
+// capacity, I/O to the removed namespace fails with Invalid Namespace or
+// Format, and the benchmark is not disturbed.
+func TestAdminUnderBench(t *testing.T) {
+	t.Parallel()
+	_, addr, sock := startAdminTarget(t)
+	benchDone := make(chan error, 1)
+	var benchOut string
+	go func() {
+		out, errOut, err := runCLI(t, "bench", "nvme+tcp://"+addr+"/"+adminNQN+"/1", "--rw", "randrw", "--verify", "--qd", "8",
+			"--runtime", "2s", "--size", "4MiB", "--json")
+		benchOut = out + errOut
+		benchDone <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	hostID := [16]byte{0xad, 0x31}
+	events := make(chan host.Event, 16)
+	ctrl, err := host.Connect(ctx, nil, addr, adminNQN, host.Config{Transport: host.TransportTCP, HostNQN: cliHost, HostID: hostID,
+		IOQueues: 1, QueueDepth: 8, OnEvent: func(e host.Event) { events <- e }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctrl.Close()
+	a := target.NewAdminClient(sock)
+	changed := func(what string) {
+		t.Helper()
+		select {
+		case e := <-events:
+			if e.Info != nvmeof.NoticeNSChanged || !(e.AllNamespaces || slices.Contains(e.Namespaces, 2)) {
+				t.Fatalf("%s: event %+v", what, e)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s: no Namespace Attribute Changed event", what)
+		}
+	}
+	ns := target.Namespace{NSID: 2, Enable: 1}
+	ns.Device.Path = "ram:4MiB"
+	if err := a.Do(ctx, http.MethodPost, "/v1/subsystems/"+adminNQN+"/namespaces", ns, nil); err != nil {
+		t.Fatal(err)
+	}
+	changed("add")
+	n2, err := ctrl.Namespace(ctx, 2)
+	if err != nil || n2.Info().Size != 4<<20 {
+		t.Fatalf("the added namespace: %v", err)
+	}
+	buf := make([]byte, 4096)
+	if _, err := blockdev.WriteAt(n2, buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Do(ctx, http.MethodPost, "/v1/subsystems/"+adminNQN+"/namespaces/2/resize", target.ResizeRequest{Size: "8MiB"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	changed("resize")
+	if got := n2.Info().Size; got != 8<<20 {
+		t.Fatalf("the host sees %d bytes after the resize, want 8 MiB", got)
+	}
+	if _, err := blockdev.WriteAt(n2, buf, 8<<20-4096); err != nil {
+		t.Fatalf("a write in the grown part: %v", err)
+	}
+	if err := a.Do(ctx, http.MethodDelete, "/v1/subsystems/"+adminNQN+"/namespaces/2", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	changed("remove")
+	_, err = blockdev.ReadAt(n2, buf, 0)
+	var se *host.StatusError
+	if !errors.As(err, &se) || se.Status.Code() != nvmeof.StatusInvalidNamespace {
+		t.Fatalf("a read of the removed namespace: %v", err)
+	}
+	if err := <-benchDone; err != nil {
+		t.Fatalf("bench: %v\n%s", err, benchOut)
+	}
+	var res struct {
+		IOs          uint64 `json:"ios"`
+		Errors       uint64 `json:"errors"`
+		VerifyErrors uint64 `json:"verify_errors"`
+	}
+	if err := json.Unmarshal([]byte(benchOut[:strings.LastIndexByte(benchOut, '}')+1]), &res); err != nil || res.IOs == 0 || res.Errors != 0 || res.VerifyErrors != 0 {
+		t.Fatalf("bench under admin changes: %v\n%s", err, benchOut)
+	}
 }
 
 // TestAdminCLI runs the rdisk admin verbs against a target's socket.
