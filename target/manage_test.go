@@ -409,3 +409,55 @@ func TestAdminSCSI(t *testing.T) {
 		t.Fatalf("closing it again: %v", err)
 	}
 }
+
+// TestIdentitiesAcrossRestart: a restart from the same configuration
+// presents the same identities (NVMe controller serial, namespace NGUID
+// and UUID, SCSI unit serial and device identification VPD, SRP port ID),
+// and no two namespaces share one.
+func TestIdentitiesAcrossRestart(t *testing.T) {
+	t.Parallel()
+	type ids struct {
+		ns   []NamespaceStatus
+		vpd  [][]byte
+		srps []string
+	}
+	snapshot := func() ids {
+		run, _ := startConfig(t, scsiConfig)
+		defer run.Close()
+		var out ids
+		out.ns = run.Status().Namespaces
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		h, port, _ := net.SplitHostPort(run.ISCSIPortals[0].String())
+		n, _ := strconv.Atoi(port)
+		dev, err := iserinit.Open(ctx, iserinit.URL{Transport: iser.TransportTCP, Host: h, Port: n, Target: "iqn.2026-11.io.rdisk:cfg"},
+			iserinit.Config{InitiatorName: "iqn.2026-12.io.rdisk:ids"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dev.Close()
+		for _, lun := range []uint64{0, 1} {
+			for _, page := range []byte{0x80, 0x83} {
+				c := &scsihost.Command{LUN: lun, CDB: []byte{0x12, 1, page, 0, 255, 0}, Data: make([]byte, 255), Dir: scsi.DirIn}
+				if err := scsihost.Do(ctx, dev.Session(), c); err != nil {
+					t.Fatalf("INQUIRY VPD %#x of LUN %d: %v", page, lun, err)
+				}
+				out.vpd = append(out.vpd, slices.Clone(c.DataIn()))
+			}
+		}
+		for _, p := range run.SRPPorts {
+			out.srps = append(out.srps, p.ID().String())
+		}
+		return out
+	}
+	a, b := snapshot(), snapshot()
+	if !same(a, b) {
+		t.Fatalf("identities changed across a restart:\n%+v\n%+v", a, b)
+	}
+	if a.ns[0].NGUID == a.ns[1].NGUID || a.ns[0].UUID == a.ns[1].UUID || bytes.Equal(a.vpd[0], a.vpd[2]) || bytes.Equal(a.vpd[1], a.vpd[3]) {
+		t.Fatalf("two namespaces share an identity: %+v %x", a.ns, a.vpd)
+	}
+	if a.ns[0].NGUID == "" || len(a.vpd[0]) < 8 {
+		t.Fatalf("no identities: %+v %x", a.ns, a.vpd)
+	}
+}
