@@ -167,6 +167,8 @@ type Command struct {
 	shard      *taskShard
 	// abort is 0, or abortSilent/abortStatus, set by task management.
 	abort atomic.Uint32
+	// ro: the command came through a read-only mapping of a LUNView.
+	ro bool
 	// need is the number of bytes the command itself would transfer;
 	// xfer the number it did.
 	need uint64
@@ -193,6 +195,7 @@ func (c *Command) reset() {
 	c.need = 0
 	c.xfer = 0
 	c.lu = nil
+	c.ro = false
 	c.next, c.prev, c.shard = nil, nil, nil
 }
 

@@ -14,6 +14,18 @@
 // loss. Commands to unmapped LUNs are answered as SPC-4 asks (INQUIRY with
 // peripheral qualifier 011b, REPORT LUNS, LOGICAL UNIT NOT SUPPORTED).
 //
+// A session may see a LUN map of its own, a LUNView (SessionConfig.View,
+// Session.SetView): LIO's mapped LUNs of a node ACL. The view maps the LUN
+// numbers the session's initiator uses to the target's LUNs, each mapping
+// optionally read-only (writes fail with DATA PROTECT / WRITE PROTECTED,
+// MODE SENSE reports WP). REPORT LUNS lists the mapped LUNs; other LUN
+// numbers are answered as unmapped LUNs. Reservations, unit attentions and
+// task sets stay the logical unit's, whatever number each session sees it
+// under. A view replaced while the session runs, or a target LUN it maps
+// that is mapped or unmapped, gives the session a REPORTED LUNS DATA HAS
+// CHANGED unit attention. Lookups through a view cost one binary search, as
+// without one, and allocate nothing.
+//
 // Execute follows "parse, then execute": the opcode (and service action)
 // selects a descriptor from the LU's command table (which also feeds REPORT
 // SUPPORTED OPERATION CODES, so the two always agree), unit attentions and

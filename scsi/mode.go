@@ -130,7 +130,7 @@ func execModeSense(lu *LU, c *Command, b cdb, it *itl) {
 		}
 	}
 	dsp := uint8(0x10) // DPOFUA
-	if wp, _ := lu.writeProtected(); wp {
+	if wp, _ := lu.writeProtected(); wp || c.ro {
 		dsp |= 0x80
 	}
 	if ten {
@@ -250,6 +250,7 @@ func setBit(v, bit uint32, on bool) uint32 {
 
 // execModeSelect: MODE SELECT(6) and MODE SELECT(10). A change of mode
 // parameters establishes MODE PARAMETERS CHANGED for the other nexuses.
+// Through a read-only mapping a parameter list is refused (DATA PROTECT).
 func execModeSelect(lu *LU, c *Command, b cdb, it *itl) {
 	ten := b.op() == OpModeSelect10
 	plen := int(b[4])
@@ -266,6 +267,11 @@ func execModeSelect(lu *LU, c *Command, b cdb, it *itl) {
 	}
 	c.need = uint64(plen)
 	if plen == 0 {
+		return
+	}
+	if c.ro {
+		// A read-only mapping changes no LU state other sessions see.
+		c.fail(senseInfo{key: KeyDataProtect, asc: ASCWriteProtected})
 		return
 	}
 	data := c.outData()

@@ -27,8 +27,13 @@ func (lu *LU) checkRW(c *Command, f rwFields, maxLen bool) bool {
 	return true
 }
 
-// checkWritable fails c with DATA PROTECT when the LU is write protected.
+// checkWritable fails c with DATA PROTECT when the LU is write protected
+// or c came through a read-only mapping.
 func (lu *LU) checkWritable(c *Command) bool {
+	if c.ro {
+		c.fail(senseInfo{key: KeyDataProtect, asc: ASCWriteProtected})
+		return false
+	}
 	if wp, asc := lu.writeProtected(); wp {
 		c.fail(senseInfo{key: KeyDataProtect, asc: asc})
 		return false

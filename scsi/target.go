@@ -43,9 +43,12 @@ type Target struct {
 	ports    map[uint16]string // relative target port -> port name
 }
 
+// lunEntry is one LUN of a LUN map: the target's (ro false) or a
+// session's resolved view.
 type lunEntry struct {
 	lun uint64
 	lu  *LU
+	ro  bool // the mapping is read-only (LUNMapping.ReadOnly)
 }
 
 // NewTarget returns a target with an empty LUN map.
@@ -62,9 +65,10 @@ func NewTarget(cfg TargetConfig) *Target {
 // Name returns the target device name.
 func (t *Target) Name() string { return t.cfg.Name }
 
-// Map makes lu reachable as LUN lun. Every session gets a REPORTED LUNS
-// DATA HAS CHANGED unit attention. An LU is mapped at most once in a target
-// but may be mapped in several (the targets of different transports
+// Map makes lu reachable as LUN lun. Every session that sees the LUN (all
+// sessions without a LUNView, those whose view maps lun) gets a REPORTED
+// LUNS DATA HAS CHANGED unit attention. An LU is mapped at most once in a
+// target but may be mapped in several (the targets of different transports
 // exporting one disk).
 func (t *Target) Map(lun uint64, lu *LU) error {
 	if lun > MaxLUN {
@@ -88,16 +92,17 @@ func (t *Target) Map(lun uint64, lu *LU) error {
 	}
 	lu.targets[t] = true
 	lu.mu.Unlock()
-	next := append(slices.Clip(old), lunEntry{lun, lu})
+	next := append(slices.Clip(old), lunEntry{lun: lun, lu: lu})
 	sort.Slice(next, func(i, j int) bool { return next[i].lun < next[j].lun })
 	t.luns.Store(&next)
-	t.lunsChangedLocked()
+	t.refreshViewsLocked()
 	return nil
 }
 
 // Unmap removes LUN lun from the map and returns its LU. Commands already
-// running on it complete; later ones get LOGICAL UNIT NOT SUPPORTED. Every
-// session gets a REPORTED LUNS DATA HAS CHANGED unit attention.
+// running on it complete; later ones get LOGICAL UNIT NOT SUPPORTED. The
+// LUN also disappears from the session views mapping it. Every session
+// that saw it gets a REPORTED LUNS DATA HAS CHANGED unit attention.
 func (t *Target) Unmap(lun uint64) (*LU, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -117,14 +122,8 @@ func (t *Target) Unmap(lun uint64) (*LU, error) {
 	lu.mu.Lock()
 	delete(lu.targets, t)
 	lu.mu.Unlock()
-	t.lunsChangedLocked()
+	t.refreshViewsLocked()
 	return lu, nil
-}
-
-func (t *Target) lunsChangedLocked() {
-	for _, s := range t.sessions {
-		s.lunsChanged.Store(true)
-	}
 }
 
 // LUNs returns the mapped LUN numbers in increasing order.
@@ -141,7 +140,14 @@ func (t *Target) LUNs() []uint64 {
 func (t *Target) LU(lun uint64) *LU { return t.lookup(lun) }
 
 func (t *Target) lookup(lun uint64) *LU {
-	m := *t.luns.Load()
+	if e := findLUN(*t.luns.Load(), lun); e != nil {
+		return e.lu
+	}
+	return nil
+}
+
+// findLUN returns the entry of lun in m (sorted by LUN), or nil.
+func findLUN(m []lunEntry, lun uint64) *lunEntry {
 	lo, hi := 0, len(m)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
@@ -152,7 +158,7 @@ func (t *Target) lookup(lun uint64) *LU {
 		}
 	}
 	if lo < len(m) && m[lo].lun == lun {
-		return m[lo].lu
+		return &m[lo]
 	}
 	return nil
 }
@@ -180,6 +186,10 @@ type SessionConfig struct {
 	// TargetPort is the name of that target port (iSCSI: target name with
 	// ",t,0x" and the TPGT), reported in VPD page 83h when not empty.
 	TargetPort string
+	// View, if set, is the LUNs the session sees (a per-initiator LUN
+	// map, see LUNView); nil sees the target's whole LUN map.
+	// Session.SetView replaces it while the session runs.
+	View *LUNView
 }
 
 // nexusID identifies an I_T nexus.
@@ -198,6 +208,7 @@ type Session struct {
 	tid []byte
 
 	itls        atomic.Pointer[map[*LU]*itl] // copy on write
+	view        atomic.Pointer[sessionView]  // nil: the target's whole map; set under t.mu
 	lunsChanged atomic.Bool
 	closed      atomic.Bool
 	mu          sync.Mutex
@@ -225,6 +236,7 @@ func (t *Target) NewSession(cfg SessionConfig) (*Session, error) {
 	if _, dup := t.sessions[s.id]; dup {
 		return nil, fmt.Errorf("%w: %s via port %d", ErrDuplicateSession, cfg.InitiatorPort, cfg.RelativeTargetPort)
 	}
+	s.view.Store(t.resolveLocked(cfg.View))
 	t.sessions[s.id] = s
 	if _, ok := t.ports[cfg.RelativeTargetPort]; !ok || cfg.TargetPort != "" {
 		t.ports[cfg.RelativeTargetPort] = cfg.TargetPort
@@ -258,8 +270,12 @@ func SRPTransportID(port [16]byte) []byte {
 	return b
 }
 
-// Config returns the session's configuration.
-func (s *Session) Config() SessionConfig { return s.cfg }
+// Config returns the session's configuration, with its current view.
+func (s *Session) Config() SessionConfig {
+	cfg := s.cfg
+	cfg.View = s.View()
+	return cfg
+}
 
 // Close ends the I_T nexus (logout, connection loss): its SPC-2
 // reservations are released, its commands still running are aborted (they
@@ -302,8 +318,9 @@ func (s *Session) Execute(c *Command) {
 	case len(c.CDB) == 0:
 		c.failFormat(senseInfo{key: KeyIllegalRequest, asc: ASCInvalidCommandOpcode}, false)
 	default:
-		if lu := s.t.lookup(c.LUN); lu != nil {
-			lu.execute(s, c)
+		if e := s.lookup(c.LUN); e != nil {
+			c.ro = e.ro
+			e.lu.execute(s, c)
 		} else {
 			s.noLU(c)
 		}
@@ -340,7 +357,8 @@ func (s *Session) noLU(c *Command) {
 	}
 }
 
-// reportLUNs answers REPORT LUNS (SPC-4 6.33) from any LUN.
+// reportLUNs answers REPORT LUNS (SPC-4 6.33) from any LUN: the LUNs the
+// session sees.
 func (s *Session) reportLUNs(c *Command) {
 	b := cdb(c.CDB)
 	switch b[2] {
@@ -350,7 +368,7 @@ func (s *Session) reportLUNs(c *Command) {
 		c.failFormat(senseInfo{key: KeyIllegalRequest, asc: ASCInvalidFieldInCDB}.fieldPointer(true, 2, -1), s.dsenseFor(c.LUN))
 		return
 	}
-	m := *s.t.luns.Load()
+	m := s.luns()
 	if b[2] == 0x01 { // well-known LUNs only: none
 		m = nil
 	}
@@ -373,10 +391,11 @@ func (s *Session) reportLUNs(c *Command) {
 	s.lunsChanged.Store(false)
 }
 
-// dsenseFor returns the D_SENSE setting of the LU at lun (false when none).
+// dsenseFor returns the D_SENSE setting of the LU the session reaches as
+// lun (false when none).
 func (s *Session) dsenseFor(lun uint64) bool {
-	if lu := s.t.lookup(lun); lu != nil {
-		return lu.dsense()
+	if e := s.lookup(lun); e != nil {
+		return e.lu.dsense()
 	}
 	return false
 }
@@ -387,10 +406,11 @@ func (s *Session) dsenseFor(lun uint64) bool {
 // decode. RDMA transports may pull just that much; transports that receive
 // unsolicited data must still accept all the initiator sends.
 func (s *Session) DataOutLength(lun uint64, cdbBytes []byte, expected uint32) uint32 {
-	lu := s.t.lookup(lun)
-	if lu == nil {
+	e := s.lookup(lun)
+	if e == nil {
 		return expected
 	}
+	lu := e.lu
 	d, _ := lu.cmds.lookup(cdbBytes)
 	if d == nil || d.dataOut == nil {
 		return expected

@@ -107,6 +107,9 @@ func (r TMFResponse) String() string {
 // reset) for every nexus; persistent reservations survive. I_T NEXUS RESET
 // does what an I_T nexus loss does and establishes I_T NEXUS LOSS OCCURRED
 // for this nexus.
+//
+// With a LUNView, lun is a mapped LUN (an unmapped one is TMFIncorrectLUN)
+// and the target resets reset the LUs the view shows only.
 func (s *Session) TaskManagement(ctx context.Context, fn TMF, lun uint64, tag uint64) TMFResponse {
 	if s.closed.Load() {
 		return TMFFailed
@@ -114,7 +117,8 @@ func (s *Session) TaskManagement(ctx context.Context, fn TMF, lun uint64, tag ui
 	t := s.t
 	switch fn {
 	case TMFTargetWarmReset, TMFTargetColdReset:
-		for _, e := range *t.luns.Load() {
+		// The LUs the session sees (its LUNView's, when it has one).
+		for _, e := range s.luns() {
 			if r := e.lu.resetLU(ctx, s, uaPowerOn); r != TMFComplete {
 				return r
 			}
@@ -133,10 +137,11 @@ func (s *Session) TaskManagement(ctx context.Context, fn TMF, lun uint64, tag ui
 	case TMFClearACA, TMFQueryAsyncEvent:
 		return TMFRejected
 	}
-	lu := t.lookup(lun)
-	if lu == nil {
+	e := s.lookup(lun)
+	if e == nil {
 		return TMFIncorrectLUN
 	}
+	lu := e.lu
 	mine := func(c *Command) bool { return c.sess == s }
 	silentOrStatus := func(c *Command) uint32 {
 		if c.sess == s {
