@@ -477,7 +477,7 @@ func (c *conn) startLocked(tk *task) {
 
 func (c *conn) queueLocked(tk *task) {
 	tk.state = taskQueued
-	if c.sess.node.runsInline(tk.lun) {
+	if c.sess.runsInline(tk.lun) {
 		c.inlineQ = append(c.inlineQ, tk)
 		return
 	}

@@ -10,7 +10,7 @@
 //		Targets: []target.TargetConfig{{
 //			Name: "iqn.2026-11.io.rdisk:default",
 //			LUNs: []target.LUNConfig{{LUN: 0, Disk: disk}},
-//			// AllowedInitiators, CHAP, MutualCHAP: optional
+//			// AllowedInitiators, ACLs, CHAP, MutualCHAP: optional
 //		}},
 //		Provider: iwarpProvider, // nil: iSCSI/TCP only
 //	})
@@ -26,8 +26,17 @@
 // it yields becomes an iSER connection; anything else is iSCSI over TCP
 // (its first bytes are a Login Request BHS). Logins use package iser's
 // engines: AuthMethod None or CHAP (one-way and mutual), per target and for
-// discovery sessions; ACLs by initiator name (LoginForbidden) and unknown
-// targets (LoginNotFound) are decided in Resolve. SendTargets answers list
+// discovery sessions; access by initiator name (AllowedInitiators and
+// ACLs: LoginForbidden) and unknown targets (LoginNotFound) are decided in
+// Resolve.
+//
+// # Per-initiator LUN maps
+//
+// TargetConfig.ACLs are LIO-style node ACLs: an entry admits its initiator
+// and, with MappedLUNs, gives it a LUN map of its own (mapped LUN -> the
+// target's LUN, optionally read-only, as LIO's mapped_lunN with
+// write_protect). Its sessions see only those LUNs under the mapped
+// numbers (a scsi.LUNView); initiators without mapped LUNs see every LUN. SendTargets answers list
 // the targets the initiator may log in to, at the address it reached.
 //
 // # Full feature phase
@@ -83,8 +92,11 @@
 // it has not; AddTarget and RemoveTarget add and remove target nodes (the
 // sessions of a removed one end as CloseSession ends them); MapLUN and
 // UnmapLUN change a LUN map through scsi.Target.Map and Unmap (REPORTED
-// LUNS DATA HAS CHANGED unit attentions); SetAllowedInitiators and SetCHAP
-// change the access control of new logins.
+// LUNS DATA HAS CHANGED unit attentions; UnmapLUN also drops the mapped
+// LUNs reaching the LUN from the ACLs); SetAllowedInitiators and SetCHAP
+// change the access control of new logins; SetACLs changes the ACL entries
+// of new logins and the LUN maps of running sessions (their views swap,
+// with a REPORTED LUNS DATA HAS CHANGED unit attention).
 //
 // # Concurrency
 //

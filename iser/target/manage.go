@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -13,8 +14,9 @@ import (
 
 // Live management: what a management socket calls to inspect and change a
 // serving Target. Changes of access control apply to new logins; LUN map
-// changes reach logged-in sessions as REPORTED LUNS DATA HAS CHANGED unit
-// attentions (scsi.Target.Map and Unmap).
+// changes, and the per-initiator LUN maps of SetACLs, reach logged-in
+// sessions too, as REPORTED LUNS DATA HAS CHANGED unit attentions
+// (scsi.Target.Map and Unmap, scsi.Session.SetView).
 
 // ConnInfo describes a connection of a session.
 type ConnInfo struct {
@@ -227,8 +229,15 @@ func (t *Target) MapLUN(iqn string, lun uint64, lu *scsi.LU) error {
 
 // UnmapLUN unmaps LUN lun of the target named iqn and returns its logical
 // unit (scsi.Target.Unmap: commands running on it complete, the sessions
-// get a REPORTED LUNS DATA HAS CHANGED unit attention).
+// that saw it get a REPORTED LUNS DATA HAS CHANGED unit attention). The
+// mapped LUNs of the ACLs that reach lun are removed, as LIO removes them
+// with the TPG LUN: mapping lun again does not bring them back (SetACLs
+// does). An ACL entry that loses its last mapped LUN this way sees no LUN
+// (not every LUN, as an entry configured without mapped LUNs does).
 func (t *Target) UnmapLUN(iqn string, lun uint64) (*scsi.LU, error) {
+	// openMu: sessions take their view from the ACLs under it.
+	t.openMu.Lock()
+	defer t.openMu.Unlock()
 	t.nodesMu.Lock()
 	defer t.nodesMu.Unlock()
 	n := t.node(iqn)
@@ -240,6 +249,31 @@ func (t *Target) UnmapLUN(iqn string, lun uint64) (*scsi.LU, error) {
 		return nil, fmt.Errorf("iscsi target %s: %w", iqn, err)
 	}
 	n.setInline(lun, false)
+	a := n.access.Load()
+	var pruned map[string]*scsi.LUNView
+	for ini, v := range a.acl {
+		ms := v.Mappings()
+		keep := slices.DeleteFunc(slices.Clone(ms), func(m scsi.LUNMapping) bool { return m.LUN == lun })
+		if len(keep) == len(ms) {
+			continue
+		}
+		if pruned == nil {
+			pruned = maps.Clone(a.acl)
+		}
+		nv, err := scsi.NewLUNView(keep)
+		if err != nil { // cannot happen: a subset of a valid view
+			nv = &scsi.LUNView{}
+		}
+		pruned[ini] = nv
+	}
+	if pruned != nil {
+		na := *a
+		na.acl = pruned
+		n.access.Store(&na)
+		// The scsi target dropped the LUN from the views already: this
+		// swap raises no second unit attention.
+		t.applyViews(n, &na)
+	}
 	return lu, nil
 }
 
@@ -268,7 +302,11 @@ func (n *node) setInline(lun uint64, on bool) {
 // stay.
 func (t *Target) SetAllowedInitiators(iqn string, names []string) error {
 	return t.setAccess(iqn, func(a *access) (*access, error) {
-		return checkAccess(iqn, names, a.chap, a.mutual)
+		na, err := checkAccess(iqn, names, a.chap, a.mutual)
+		if err == nil {
+			na.acl = a.acl
+		}
+		return na, err
 	})
 }
 
@@ -278,8 +316,60 @@ func (t *Target) SetAllowedInitiators(iqn string, names []string) error {
 // stay.
 func (t *Target) SetCHAP(iqn string, chap, mutual *iser.CHAPSecret) error {
 	return t.setAccess(iqn, func(a *access) (*access, error) {
-		return checkAccess(iqn, a.allowed, chap, mutual)
+		na, err := checkAccess(iqn, a.allowed, chap, mutual)
+		if err == nil {
+			na.acl = a.acl
+		}
+		return na, err
 	})
+}
+
+// SetACLs replaces the ACL entries of the target named iqn (see
+// TargetConfig.ACLs; checked as New checks them, against the target's
+// current LUNs). They decide new logins, as AllowedInitiators does, and
+// the LUN map of new and running sessions: each running session takes the
+// view of its initiator's new entry at once, with a REPORTED LUNS DATA HAS
+// CHANGED unit attention when what it sees changes. A running session
+// whose initiator the new ACLs no longer admit stays logged in but sees no
+// LUN.
+func (t *Target) SetACLs(iqn string, acls []ACL) error {
+	// openMu: a login takes its session's view under it, so none opens
+	// with the old ACLs after the views below are swapped.
+	t.openMu.Lock()
+	defer t.openMu.Unlock()
+	t.nodesMu.Lock()
+	defer t.nodesMu.Unlock()
+	n := t.node(iqn)
+	if n == nil {
+		return fmt.Errorf("iscsi target: no target %s", iqn)
+	}
+	m, err := checkACLs(iqn, acls, n.scsi.LUNs())
+	if err != nil {
+		return err
+	}
+	na := *n.access.Load()
+	na.acl = m
+	n.access.Store(&na)
+	t.applyViews(n, &na)
+	return nil
+}
+
+// applyViews gives every running session of n its initiator's view under
+// a (openMu held).
+func (t *Target) applyViews(n *node, a *access) {
+	var sess []*session
+	t.mu.Lock()
+	for _, s := range t.sessions {
+		if s != nil && s.node == n && s.scsi != nil {
+			sess = append(sess, s)
+		}
+	}
+	t.mu.Unlock()
+	for _, s := range sess {
+		// A session closing meanwhile fails with ErrSessionClosed:
+		// nothing to update.
+		s.scsi.SetView(a.viewFor(s.initiator))
+	}
 }
 
 func (t *Target) setAccess(iqn string, edit func(*access) (*access, error)) error {

@@ -517,6 +517,13 @@ func TestManageWithIOInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 		pt.tg.Sessions()
+		acls := []ACL{{Initiator: mgmtInitiator, MappedLUNs: []MappedLUN{{MappedLUN: 0, LUN: 0}, {MappedLUN: 1, LUN: 7, ReadOnly: i%2 == 0}}}}
+		if i%3 == 2 {
+			acls = nil
+		}
+		if err := pt.tg.SetACLs(fuzzIQN, acls); err != nil {
+			t.Fatal(err)
+		}
 		pt.tg.SetAllowedInitiators(fuzzIQN, []string{mgmtInitiator, fmt.Sprint("iqn.2026-11.io.rdisk:", i)})
 		pt.tg.SetCHAP(fuzzIQN, nil, nil)
 		name := fmt.Sprint(fuzzIQN, "-", i)

@@ -45,6 +45,13 @@ func (s *session) completed(tk *task) {
 	}
 }
 
+// runsInline reports whether commands on the session's LUN lun run on the
+// receive loop (the target LUN it reaches, through the session's view).
+func (s *session) runsInline(lun uint64) bool {
+	l, ok := s.scsi.TargetLUN(lun)
+	return ok && s.node.runsInline(l)
+}
+
 // initiatorPort is the SCSI initiator port name of an iSCSI session
 // (RFC 7143 section 4.4.2): name, ",i,0x" and the ISID in hex.
 func initiatorPort(name string, isid iser.ISID) string {
@@ -88,6 +95,9 @@ func (t *Target) openSession(ls iser.Session, id iser.LoginIdentity, c *conn) (*
 			t.openMu.Unlock()
 			return nil, fmt.Errorf("target %s vanished", ls.Params.TargetName)
 		}
+		// The view is taken under openMu too: SetACLs and UnmapLUN
+		// swap the views of the sessions under it.
+		cfg.View = s.node.access.Load().viewFor(id.InitiatorName)
 		t.mu.Lock()
 		var old *session
 		for _, o := range t.sessions {

@@ -87,14 +87,50 @@ type TargetConfig struct {
 	Alias string
 	// LUNs are the logical units.
 	LUNs []LUNConfig
-	// AllowedInitiators are the initiator names allowed to log in; empty
-	// allows any initiator.
+	// AllowedInitiators are the initiator names allowed to log in. When
+	// both AllowedInitiators and ACLs are empty, any initiator may log in;
+	// otherwise the initiators named here or by an ACL entry may.
 	AllowedInitiators []string
+	// ACLs are per-initiator access control entries, as LIO's node ACLs
+	// (/iscsi/IQN/tpg1/acls/INITIATOR): each admits its initiator and may
+	// give it its own LUN map (mapped LUNs). An initiator whose entry has
+	// MappedLUNs sees only those; one whose entry has none, or that has no
+	// entry (admitted by AllowedInitiators, or by a target without access
+	// control), sees every LUN under the target's LUN numbers. At most one
+	// entry per initiator; mapped LUNs must name LUNs of the target.
+	ACLs []ACL
 	// CHAP, if set, requires initiators to authenticate with CHAP as this
 	// user and secret. MutualCHAP is the identity the target answers a
 	// mutual challenge with.
 	CHAP       *iser.CHAPSecret
 	MutualCHAP *iser.CHAPSecret
+}
+
+// ACL is the access control entry of one initiator of a target.
+type ACL struct {
+	// Initiator is the initiator's iSCSI name; the entry admits it to log
+	// in, as AllowedInitiators does.
+	Initiator string
+	// MappedLUNs, if set, are the LUNs the initiator sees (LIO's
+	// mapped_lunN -> tpg LUN): REPORT LUNS lists their MappedLUN numbers,
+	// commands to other LUN numbers fail with LOGICAL UNIT NOT SUPPORTED.
+	// Empty: the initiator sees every LUN of the target.
+	MappedLUNs []MappedLUN
+}
+
+// MappedLUN is one LUN of an initiator's LUN map.
+type MappedLUN struct {
+	// MappedLUN is the LUN number the initiator sees (0-16383), unique in
+	// the ACL entry; LUN is the target's LUN (TargetConfig.LUNs, MapLUN)
+	// it reaches. Several mapped LUNs, of one or several initiators, may
+	// reach one LUN: it stays one logical unit (reservations, unit
+	// attentions and mode pages are its own, whatever number it is seen
+	// under).
+	MappedLUN, LUN uint64
+	// ReadOnly write-protects the mapping (LIO's write_protect): writes
+	// and MODE SELECT through it fail with DATA PROTECT / WRITE
+	// PROTECTED, and MODE SENSE reports WP.
+	ReadOnly bool
 }
 
 // LUNConfig is one logical unit of a target.
@@ -131,14 +167,41 @@ type node struct {
 
 // access is the access control of a node.
 type access struct {
-	allowed      []string // initiator names; empty allows any
+	allowed []string // AllowedInitiators
+	// acl holds the ACL entries by initiator name: the initiator's view,
+	// nil when it sees every LUN. An entry whose mapped LUNs UnmapLUN
+	// removed keeps an empty view (it sees no LUN, as in LIO).
+	acl          map[string]*scsi.LUNView
 	chap, mutual *iser.CHAPSecret
 }
 
-func (n *node) allowed(initiator string) bool {
-	a := n.access.Load()
-	return len(a.allowed) == 0 || slices.Contains(a.allowed, initiator)
+// admits reports whether initiator may log in: any initiator when neither
+// AllowedInitiators nor ACLs are set, otherwise those they name.
+func (a *access) admits(initiator string) bool {
+	if len(a.allowed) == 0 && len(a.acl) == 0 {
+		return true
+	}
+	if _, ok := a.acl[initiator]; ok {
+		return true
+	}
+	return slices.Contains(a.allowed, initiator)
 }
+
+// viewFor returns the LUN view of a session of initiator: its ACL entry's,
+// nil (every LUN) for an admitted initiator without mapped LUNs, and an
+// empty view for an initiator no longer admitted (a running session whose
+// ACL entry SetACLs removed sees no LUN; new logins are refused).
+func (a *access) viewFor(initiator string) *scsi.LUNView {
+	if v, ok := a.acl[initiator]; ok {
+		return v
+	}
+	if a.admits(initiator) {
+		return nil
+	}
+	return &scsi.LUNView{}
+}
+
+func (n *node) allowed(initiator string) bool { return n.access.Load().admits(initiator) }
 
 // runsInline reports whether commands on lun run on the receive loop.
 func (n *node) runsInline(lun uint64) bool { return (*n.inline.Load())[lun] }
@@ -255,7 +318,6 @@ func (t *Target) newNode(tc TargetConfig) (*node, error) {
 		return nil, err
 	}
 	n := &node{name: tc.Name, alias: tc.Alias, scsi: scsi.NewTarget(scsi.TargetConfig{Name: tc.Name})}
-	n.access.Store(acc)
 	inline := map[uint64]bool{}
 	for _, l := range tc.LUNs {
 		if l.Unit != nil {
@@ -293,6 +355,11 @@ func (t *Target) newNode(tc TargetConfig) (*node, error) {
 			inline[l.LUN] = true
 		}
 	}
+	if acc.acl, err = checkACLs(tc.Name, tc.ACLs, n.scsi.LUNs()); err != nil {
+		n.unmapAll()
+		return nil, err
+	}
+	n.access.Store(acc)
 	n.inline.Store(&inline)
 	return n, nil
 }
@@ -338,6 +405,48 @@ func checkAccess(name string, allowed []string, chap, mutual *iser.CHAPSecret) (
 	return a, nil
 }
 
+// checkACLs checks a target's ACL entries against its LUNs and returns the
+// view of each initiator (nil: every LUN).
+func checkACLs(name string, acls []ACL, luns []uint64) (map[string]*scsi.LUNView, error) {
+	m := make(map[string]*scsi.LUNView, len(acls))
+	at := make(map[string]int, len(acls))
+	for i, a := range acls {
+		if a.Initiator == "" || strings.ContainsAny(a.Initiator, " \t\r\n") {
+			return nil, fmt.Errorf("iscsi target %s: ACLs[%d]: initiator %q: want a name without spaces", name, i, a.Initiator)
+		}
+		if j, dup := at[a.Initiator]; dup {
+			return nil, fmt.Errorf("iscsi target %s: ACLs[%d]: initiator %s has an entry already (ACLs[%d])", name, i, a.Initiator, j)
+		}
+		at[a.Initiator] = i
+		if len(a.MappedLUNs) == 0 {
+			m[a.Initiator] = nil
+			continue
+		}
+		maps := make([]scsi.LUNMapping, len(a.MappedLUNs))
+		seen := make(map[uint64]int, len(a.MappedLUNs))
+		for k, ml := range a.MappedLUNs {
+			field := fmt.Sprintf("iscsi target %s: ACLs[%d] (%s): MappedLUNs[%d]", name, i, a.Initiator, k)
+			if ml.MappedLUN > scsi.MaxLUN {
+				return nil, fmt.Errorf("%s: MappedLUN %d outside 0..%d", field, ml.MappedLUN, scsi.MaxLUN)
+			}
+			if j, dup := seen[ml.MappedLUN]; dup {
+				return nil, fmt.Errorf("%s: MappedLUN %d is mapped already (MappedLUNs[%d])", field, ml.MappedLUN, j)
+			}
+			seen[ml.MappedLUN] = k
+			if !slices.Contains(luns, ml.LUN) {
+				return nil, fmt.Errorf("%s: LUN %d: the target has no LUN %d", field, ml.LUN, ml.LUN)
+			}
+			maps[k] = scsi.LUNMapping{MappedLUN: ml.MappedLUN, LUN: ml.LUN, ReadOnly: ml.ReadOnly}
+		}
+		v, err := scsi.NewLUNView(maps)
+		if err != nil {
+			return nil, fmt.Errorf("iscsi target %s: ACLs[%d] (%s): %w", name, i, a.Initiator, err)
+		}
+		m[a.Initiator] = v
+	}
+	return m, nil
+}
+
 // node returns the exported target named name, or nil.
 func (t *Target) node(name string) *node { return t.nodes.Load().byName[name] }
 
@@ -380,7 +489,7 @@ func (t *Target) resolve(id iser.LoginIdentity) (iser.TargetInfo, error) {
 		return iser.TargetInfo{}, iser.LoginNotFound
 	}
 	a := n.access.Load()
-	if len(a.allowed) > 0 && !slices.Contains(a.allowed, id.InitiatorName) {
+	if !a.admits(id.InitiatorName) {
 		return iser.TargetInfo{}, fmt.Errorf("initiator %s is not in the ACL: %w", id.InitiatorName, iser.LoginForbidden)
 	}
 	return iser.TargetInfo{Name: n.name, Alias: n.alias, PortalGroupTag: t.cfg.PortalGroupTag,
