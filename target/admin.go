@@ -281,6 +281,24 @@ func (r *Running) AdminHandler(reload func() (*Changes, error), log *slog.Logger
 		ch, err := r.DenyISCSIInitiator(req.PathValue("iqn"), req.PathValue("name"))
 		changed(w, req, ch, err)
 	})
+	mux.HandleFunc("PUT /v1/iscsi/targets/{iqn}/acls/{initiator}", func(w http.ResponseWriter, req *http.Request) {
+		var a ISCSIACL
+		if body(w, req, &a) {
+			if a.Initiator == "" {
+				a.Initiator = req.PathValue("initiator")
+			}
+			if a.Initiator != req.PathValue("initiator") {
+				fail(w, fmt.Errorf("the body's initiator %s is not the path's %s", a.Initiator, req.PathValue("initiator")))
+				return
+			}
+			ch, err := r.SetISCSIACL(req.PathValue("iqn"), a)
+			changed(w, req, ch, err)
+		}
+	})
+	mux.HandleFunc("DELETE /v1/iscsi/targets/{iqn}/acls/{initiator}", func(w http.ResponseWriter, req *http.Request) {
+		ch, err := r.RemoveISCSIACL(req.PathValue("iqn"), req.PathValue("initiator"))
+		changed(w, req, ch, err)
+	})
 	mux.HandleFunc("POST /v1/srp/ports/{port}/initiators", func(w http.ResponseWriter, req *http.Request) {
 		var h HostRequest
 		if body(w, req, &h) {

@@ -545,6 +545,7 @@ func (r *Running) applyLocked(in *Config, starting bool) (*Changes, error) {
 			var luns []LUNRef
 			if ot == nil {
 				tc := iscsitarget.TargetConfig{Name: nt.IQN, AllowedInitiators: nt.AllowedInitiators}
+				acls := nt.ACLs
 				var err error
 				if tc.CHAP, err = chapOf(nt.CHAP); err == nil {
 					tc.MutualCHAP, err = chapOf(nt.MutualCHAP)
@@ -558,6 +559,9 @@ func (r *Running) applyLocked(in *Config, starting bool) (*Changes, error) {
 					tc.LUNs = append(tc.LUNs, iscsitarget.LUNConfig{LUN: ref.LUN, Unit: lu})
 					luns = append(luns, ref)
 				}
+				nt.LUNs = luns
+				nt.ACLs = aclsOf(acls, luns)
+				tc.ACLs = iscsiACLs(nt.ACLs)
 				if err == nil {
 					err = r.ISCSI.AddTarget(tc)
 				}
@@ -569,9 +573,11 @@ func (r *Running) applyLocked(in *Config, starting bool) (*Changes, error) {
 				if !starting {
 					ch.did("iscsi target %s: added", nt.IQN)
 				}
-				nt.LUNs = luns
 				continue
 			}
+			// A LUN unmapped and mapped again loses its ACL mappings
+			// (as LIO's): the ACLs are set again then.
+			relinked := false
 			if !same(ot.AllowedInitiators, nt.AllowedInitiators) {
 				if err := r.ISCSI.SetAllowedInitiators(nt.IQN, nt.AllowedInitiators); err != nil {
 					fail(err)
@@ -603,11 +609,23 @@ func (r *Running) applyLocked(in *Config, starting bool) (*Changes, error) {
 						fail(fmt.Errorf("iscsi target %s LUN %d: %w", nt.IQN, ref.LUN, err))
 						continue
 					}
+					relinked = relinked || ol != nil
 					ch.did("iscsi target %s LUN %d: mapped to %s namespace %d", nt.IQN, ref.LUN, ref.Subsystem, ref.NSID)
 				}
 				luns = append(luns, ref)
 			}
+			for _, ol := range ot.LUNs {
+				relinked = relinked || findLUN(nt.LUNs, ol.LUN) == nil
+			}
 			nt.LUNs = luns
+			nt.ACLs = aclsOf(nt.ACLs, luns)
+			if relinked || !same(ot.ACLs, nt.ACLs) {
+				if err := r.ISCSI.SetACLs(nt.IQN, iscsiACLs(nt.ACLs)); err != nil {
+					fail(err)
+				} else if !same(ot.ACLs, nt.ACLs) {
+					ch.did("iscsi target %s: ACLs set (%d initiators)", nt.IQN, len(nt.ACLs))
+				}
+			}
 		}
 		n.Targets = slices.DeleteFunc(n.Targets, func(t ISCSITarget) bool { return t.IQN == "" })
 	}
@@ -670,6 +688,15 @@ func (r *Running) applyLocked(in *Config, starting bool) (*Changes, error) {
 	return ch, nil
 }
 
+// aclsOf returns acls without the mapped LUNs whose LUN is not in luns.
+func aclsOf(acls []ISCSIACL, luns []LUNRef) []ISCSIACL {
+	out := slices.Clone(acls)
+	for i := range out {
+		out[i].MappedLUNs = slices.DeleteFunc(slices.Clone(out[i].MappedLUNs), func(m MappedLUN) bool { return findLUN(luns, m.LUN) == nil })
+	}
+	return out
+}
+
 // dropNamespace removes a namespace, and the SCSI LUNs exporting it, from
 // the model.
 func (c *Config) dropNamespace(k nsKey) {
@@ -683,7 +710,9 @@ func (c *Config) dropNamespace(k nsKey) {
 func (c *Config) dropLUNs(drop func(LUNRef) bool) {
 	if c.ISCSI != nil {
 		for i := range c.ISCSI.Targets {
-			c.ISCSI.Targets[i].LUNs = slices.DeleteFunc(c.ISCSI.Targets[i].LUNs, drop)
+			t := &c.ISCSI.Targets[i]
+			t.LUNs = slices.DeleteFunc(t.LUNs, drop)
+			t.ACLs = aclsOf(t.ACLs, t.LUNs)
 		}
 	}
 	if c.SRP != nil {

@@ -387,6 +387,41 @@ func (r *Running) UnmapISCSILUN(iqn string, lun uint64) (*Changes, error) {
 			return notFound("LUN %d of iscsi target %s", lun, iqn)
 		}
 		t.LUNs = slices.DeleteFunc(t.LUNs, func(r LUNRef) bool { return r.LUN == lun })
+		t.ACLs = aclsOf(t.ACLs, t.LUNs)
+		return nil
+	})
+}
+
+// SetISCSIACL adds or replaces an initiator's ACL on an iSCSI target: it
+// may log in and, with mapped LUNs, sees only those (its running sessions
+// get REPORTED LUNS DATA HAS CHANGED when what they see changes).
+func (r *Running) SetISCSIACL(iqn string, acl ISCSIACL) (*Changes, error) {
+	return r.change(func(c *Config) error {
+		t := c.iscsiTarget(iqn)
+		if t == nil {
+			return notFound("iscsi target %s", iqn)
+		}
+		if i := slices.IndexFunc(t.ACLs, func(a ISCSIACL) bool { return a.Initiator == acl.Initiator }); i >= 0 {
+			t.ACLs[i] = acl
+		} else {
+			t.ACLs = append(t.ACLs, acl)
+		}
+		return nil
+	})
+}
+
+// RemoveISCSIACL removes an initiator's ACL from an iSCSI target.
+func (r *Running) RemoveISCSIACL(iqn, initiator string) (*Changes, error) {
+	return r.change(func(c *Config) error {
+		t := c.iscsiTarget(iqn)
+		if t == nil {
+			return notFound("iscsi target %s", iqn)
+		}
+		i := slices.IndexFunc(t.ACLs, func(a ISCSIACL) bool { return a.Initiator == initiator })
+		if i < 0 {
+			return notFound("ACL of %s on iscsi target %s", initiator, iqn)
+		}
+		t.ACLs = slices.Delete(t.ACLs, i, i+1)
 		return nil
 	})
 }

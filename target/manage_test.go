@@ -461,3 +461,74 @@ func TestIdentitiesAcrossRestart(t *testing.T) {
 		t.Fatalf("no identities: %+v %x", a.ns, a.vpd)
 	}
 }
+
+// TestISCSIACLs: an ACL's mapped LUNs are all its initiator sees (under
+// their numbers, write-protected where asked), other initiators see every
+// LUN; changing the ACL live changes what a running session sees; a LUN
+// unmapped leaves the ACLs that named it.
+func TestISCSIACLs(t *testing.T) {
+	t.Parallel()
+	const iqn = "iqn.2026-12.io.rdisk:t"
+	const alice, bob = "iqn.2026-12.io.rdisk:alice", "iqn.2026-12.io.rdisk:bob"
+	js := strings.Replace(applyBefore, `"luns": [{"lun": 0,`, `"allowed_initiators": ["`+bob+`"],
+      "acls": [{"initiator": "`+alice+`", "mapped_luns": [{"mapped_lun": 5, "lun": 1, "write_protect": true}]}],
+      "luns": [{"lun": 0,`, 1)
+	run, _ := startConfig(t, js)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	login := func(name string, lun uint64) *iserinit.Device {
+		t.Helper()
+		h, port, _ := net.SplitHostPort(run.ISCSIPortals[0].String())
+		n, _ := strconv.Atoi(port)
+		d, err := iserinit.Open(ctx, iserinit.URL{Transport: iser.TransportTCP, Host: h, Port: n, Target: iqn, LUN: lun, HasLUN: true}, iserinit.Config{InitiatorName: name})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	reportLUNs := func(d *iserinit.Device) []uint64 {
+		t.Helper()
+		luns, err := scsihost.ReportLUNs(ctx, d.Session())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return luns
+	}
+	a, b := login(alice, 5), login(bob, 0)
+	if got := reportLUNs(a); !slices.Equal(got, []uint64{5}) {
+		t.Fatalf("alice sees %v, want [5]", got)
+	}
+	if got := reportLUNs(b); !slices.Equal(got, []uint64{0, 1}) {
+		t.Fatalf("bob sees %v, want [0 1]", got)
+	}
+	w := &scsihost.Command{LUN: 5, CDB: []byte{0x2a, 0, 0, 0, 0, 0, 0, 0, 1, 0}, Data: make([]byte, 512), Dir: scsi.DirOut}
+	err := scsihost.Do(ctx, a.Session(), w)
+	if sn, perr := scsi.ParseSense(w.Sense); err == nil || perr != nil || sn.Key != scsi.KeyDataProtect {
+		t.Fatalf("a write through alice's write-protected LUN 5: %v %+v", err, w)
+	}
+	// Live: alice gets LUN 0 as 3, writable.
+	if _, err := run.SetISCSIACL(iqn, ISCSIACL{Initiator: alice, MappedLUNs: []MappedLUN{{MappedLUN: 3, LUN: 0}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := reportLUNs(a); !slices.Equal(got, []uint64{3}) {
+		t.Fatalf("alice sees %v after the change, want [3]", got)
+	}
+	w.LUN = 3
+	if err := scsihost.Do(ctx, a.Session(), w); err != nil {
+		t.Fatalf("a write through alice's LUN 3: %v", err)
+	}
+	if _, err := run.SetISCSIACL(iqn, ISCSIACL{Initiator: alice, MappedLUNs: []MappedLUN{{MappedLUN: 3, LUN: 9}}}); err == nil || !strings.Contains(err.Error(), "has no LUN 9") {
+		t.Fatalf("an ACL naming a missing LUN: %v", err)
+	}
+	if _, err := run.UnmapISCSILUN(iqn, 0); err != nil {
+		t.Fatal(err)
+	}
+	acls := run.Config().iscsiTarget(iqn).ACLs
+	if len(acls) != 1 || len(acls[0].MappedLUNs) != 0 {
+		t.Fatalf("ACLs after LUN 0 was unmapped: %+v", acls)
+	}
+	if got := reportLUNs(a); len(got) != 0 {
+		t.Fatalf("alice sees %v after her only LUN was unmapped", got)
+	}
+}

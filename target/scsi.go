@@ -46,6 +46,38 @@ type ISCSITarget struct {
 	AllowAnyInitiator bool  `json:"allow_any_initiator,omitempty"`
 	CHAP              *CHAP `json:"chap,omitempty"`
 	MutualCHAP        *CHAP `json:"mutual_chap,omitempty"`
+	// ACLs are LIO's node ACLs: an initiator named here may log in (as
+	// with AllowedInitiators) and, with MappedLUNs, sees only those, under
+	// their mapped numbers.
+	ACLs []ISCSIACL `json:"acls,omitempty"`
+}
+
+// ISCSIACL is one initiator's entry (targetcli's
+// /iscsi/IQN/tpg1/acls/INITIATOR).
+type ISCSIACL struct {
+	Initiator  string      `json:"initiator"`
+	MappedLUNs []MappedLUN `json:"mapped_luns,omitempty"`
+}
+
+// MappedLUN shows the target's LUN as MappedLUN to the ACL's initiator,
+// write-protected with WriteProtect (LIO's mapped_lunN).
+type MappedLUN struct {
+	MappedLUN    uint64 `json:"mapped_lun"`
+	LUN          uint64 `json:"lun"`
+	WriteProtect bool   `json:"write_protect,omitempty"`
+}
+
+// iscsiACLs is the iser/target form of the ACLs.
+func iscsiACLs(acls []ISCSIACL) []iscsitarget.ACL {
+	var out []iscsitarget.ACL
+	for _, a := range acls {
+		e := iscsitarget.ACL{Initiator: a.Initiator}
+		for _, m := range a.MappedLUNs {
+			e.MappedLUNs = append(e.MappedLUNs, iscsitarget.MappedLUN{MappedLUN: m.MappedLUN, LUN: m.LUN, ReadOnly: m.WriteProtect})
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // CHAP is a CHAP identity. Secret may be "@FILE".
@@ -154,8 +186,8 @@ func (c *Config) validateSCSI(pos *positions, subs map[string]*Subsystem) error 
 				return pos.errAt(p, "a target needs an iqn")
 			case names[t.IQN]:
 				return pos.errAt(p+".iqn", "target %s is defined twice", t.IQN)
-			case open && len(t.AllowedInitiators) == 0 && t.CHAP == nil && !t.AllowAnyInitiator:
-				return pos.errAt(p, "target %s on a non-loopback portal lets any initiator in: list allowed_initiators, set chap, or set allow_any_initiator", t.IQN)
+			case open && len(t.AllowedInitiators) == 0 && len(t.ACLs) == 0 && t.CHAP == nil && !t.AllowAnyInitiator:
+				return pos.errAt(p, "target %s on a non-loopback portal lets any initiator in: list allowed_initiators or acls, set chap, or set allow_any_initiator", t.IQN)
 			case t.MutualCHAP != nil && t.CHAP == nil:
 				return pos.errAt(p+".mutual_chap", "mutual_chap needs chap")
 			}
@@ -167,6 +199,30 @@ func (c *Config) validateSCSI(pos *positions, subs map[string]*Subsystem) error 
 			}
 			if err := luns(p, t.LUNs); err != nil {
 				return err
+			}
+			inits := map[string]bool{}
+			for j, a := range t.ACLs {
+				ap := fmt.Sprintf("%s.acls[%d]", p, j)
+				switch {
+				case a.Initiator == "":
+					return pos.errAt(ap+".initiator", "an ACL needs an initiator name")
+				case inits[a.Initiator]:
+					return pos.errAt(ap+".initiator", "initiator %s has two ACLs", a.Initiator)
+				}
+				inits[a.Initiator] = true
+				mapped := map[uint64]bool{}
+				for k, m := range a.MappedLUNs {
+					mp := fmt.Sprintf("%s.mapped_luns[%d]", ap, k)
+					switch {
+					case m.MappedLUN > scsi.MaxLUN:
+						return pos.errAt(mp+".mapped_lun", "mapped LUN %d: at most %d", m.MappedLUN, scsi.MaxLUN)
+					case mapped[m.MappedLUN]:
+						return pos.errAt(mp+".mapped_lun", "mapped LUN %d is used twice", m.MappedLUN)
+					case findLUN(t.LUNs, m.LUN) == nil:
+						return pos.errAt(mp+".lun", "target %s has no LUN %d", t.IQN, m.LUN)
+					}
+					mapped[m.MappedLUN] = true
+				}
 			}
 		}
 	}

@@ -150,6 +150,18 @@ the difference. The socket speaks HTTP with JSON: curl --unix-socket
 				{Name: "allow", Usage: "allow an initiator name (--iscsi) or ACL entry (--srp: a port ID, GUID or address)", ArgsUsage: "NAME", Flags: scsiFlags, Action: adminInitiator("POST")},
 				{Name: "deny", Usage: "remove it (sessions stay: rdisk admin close ends them)", ArgsUsage: "NAME", Flags: scsiFlags, Action: adminInitiator("DELETE")},
 			}},
+			{Name: "acl", Usage: "iSCSI node ACLs: what LUNs an initiator sees (LIO's mapped LUNs)", Subcommands: []*cli.Command{
+				{Name: "set", Usage: "let an initiator log in to an iSCSI target, seeing only the --map LUNs (none: all)", ArgsUsage: "IQN INITIATOR",
+					Flags: []cli.Flag{&cli.StringSliceFlag{Name: "map", Usage: "MAPPED=LUN or MAPPED=LUN:ro (write-protected); repeatable"}},
+					Action: adminACLSet},
+				{Name: "rm", Aliases: []string{"remove"}, Usage: "remove an initiator's ACL", ArgsUsage: "IQN INITIATOR", Action: func(c *cli.Context) error {
+					a, err := args(c, 2, "IQN INITIATOR")
+					if err != nil {
+						return err
+					}
+					return adminChange(c, "DELETE", "/v1/iscsi/targets/"+url.PathEscape(a[0])+"/acls/"+url.PathEscape(a[1]), nil)
+				}},
+			}},
 			{Name: "lun", Usage: "SCSI LUNs (one SCSI logical unit per namespace, shared by iSCSI and SRP)", Subcommands: []*cli.Command{
 				{Name: "map", Usage: "export a namespace as a LUN", ArgsUsage: "SUBNQN NSID",
 					Flags: append([]cli.Flag{&cli.Uint64Flag{Name: "lun", Usage: "the LUN (default: the lowest free one)"}}, scsiFlags...), Action: adminLUNMap},
@@ -632,4 +644,23 @@ func adminClose(c *cli.Context) error {
 		return adminChange(c, "DELETE", fmt.Sprintf("/v1/srp/channels/%d", id), nil)
 	}
 	return fmt.Errorf("admin close takes nvme SUBNQN CNTLID, iscsi TSIH or srp CHANNEL")
+}
+
+func adminACLSet(c *cli.Context) error {
+	a, err := args(c, 2, "IQN INITIATOR")
+	if err != nil {
+		return err
+	}
+	acl := target.ISCSIACL{Initiator: a[1]}
+	for _, m := range c.StringSlice("map") {
+		mapped, lun, ok := strings.Cut(m, "=")
+		lun, ro := strings.CutSuffix(lun, ":ro")
+		ml, err1 := strconv.ParseUint(mapped, 10, 64)
+		tl, err2 := strconv.ParseUint(lun, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return fmt.Errorf("--map %q: want MAPPED=LUN or MAPPED=LUN:ro", m)
+		}
+		acl.MappedLUNs = append(acl.MappedLUNs, target.MappedLUN{MappedLUN: ml, LUN: tl, WriteProtect: ro})
+	}
+	return adminChange(c, "PUT", "/v1/iscsi/targets/"+url.PathEscape(a[0])+"/acls/"+url.PathEscape(a[1]), acl)
 }

@@ -176,6 +176,8 @@ func TestAdminCLI(t *testing.T) {
 		{[]string{"close", "nvme", adminNQN}, "admin close takes"},
 		{[]string{"save", "--format", "yaml"}, `--format "yaml"`},
 		{[]string{"iscsi", "add", "iqn.2026-12.io.rdisk:x"}, "no rdisk_iscsi section is served"},
+		{[]string{"acl", "set", "iqn.2026-12.io.rdisk:x", "iqn.2026-12.io.rdisk:i", "--map", "5"}, `--map "5": want MAPPED=LUN`},
+		{[]string{"acl", "set", "iqn.2026-12.io.rdisk:x", "iqn.2026-12.io.rdisk:i", "--map", "5=1:ro"}, "iscsi target iqn.2026-12.io.rdisk:x: not found"},
 	} {
 		if out, err := admin(s.args...); err == nil || !strings.Contains(err.Error(), s.want) {
 			t.Errorf("admin %v: %v\n%s\nwant an error with %q", s.args, err, out, s.want)

@@ -85,20 +85,23 @@ func clearAll(t *testing.T, s *initiator.Session) []uint64 {
 }
 
 // TestACLMappedLUNs: each initiator sees its own LUN map: A its mapped LUNs
-// (0 -> LUN 3 read-only, 5 -> LUN 0), B (an entry without mapped LUNs) and
-// C (AllowedInitiators only) every LUN; others may not log in.
+// (0 -> LUN 3 read-only, 5 -> LUN 0), B and C (AllowedInitiators) every
+// LUN, D (an entry without mapped LUNs) none, as with LIO; others may not
+// log in.
 func TestACLMappedLUNs(t *testing.T) {
 	t.Parallel()
 	for _, x := range mgmtTransports {
 		t.Run(x.name, func(t *testing.T) {
 			t.Parallel()
+			const aclD = "iqn.2026-12.io.rdisk:acl-d"
 			pt := aclPortal(t, []ACL{
 				{Initiator: aclA, MappedLUNs: []MappedLUN{{MappedLUN: 0, LUN: 3, ReadOnly: true}, {MappedLUN: 5, LUN: 0}}},
-				{Initiator: aclB},
-			}, aclC)
+				{Initiator: aclD},
+			}, aclB, aclC)
 			a := pt.mustLogin(t, x.tr, fuzzIQN, pt.config(t, aclA))
 			b := pt.mustLogin(t, x.tr, fuzzIQN, pt.config(t, aclB))
 			c := pt.mustLogin(t, x.tr, fuzzIQN, pt.config(t, aclC))
+			d := pt.mustLogin(t, x.tr, fuzzIQN, pt.config(t, aclD))
 			if got := clearAll(t, a); !slices.Equal(got, []uint64{0, 5}) {
 				t.Errorf("REPORT LUNS of A: %v, want [0 5]", got)
 			}
@@ -106,6 +109,9 @@ func TestACLMappedLUNs(t *testing.T) {
 				if got := clearAll(t, s); !slices.Equal(got, []uint64{0, 3}) {
 					t.Errorf("REPORT LUNS of %s: %v, want [0 3]", name, got)
 				}
+			}
+			if got := reportedLUNs(t, d); len(got) != 0 {
+				t.Errorf("REPORT LUNS of D (an entry without mapped LUNs): %v, want none", got)
 			}
 			_, err := pt.login(t, x.tr, fuzzIQN, pt.config(t, mgmtInitiator))
 			var st iser.LoginStatus
@@ -204,8 +210,7 @@ func TestSetACLs(t *testing.T) {
 			t.Parallel()
 			pt := aclPortal(t, []ACL{
 				{Initiator: aclA, MappedLUNs: []MappedLUN{{MappedLUN: 0, LUN: 0}}},
-				{Initiator: aclB},
-			})
+			}, aclB)
 			a := pt.mustLogin(t, x.tr, fuzzIQN, pt.config(t, aclA))
 			b := pt.mustLogin(t, x.tr, fuzzIQN, pt.config(t, aclB))
 			if got := clearAll(t, a); !slices.Equal(got, []uint64{0}) {
@@ -214,7 +219,6 @@ func TestSetACLs(t *testing.T) {
 			clearAll(t, b)
 			err := pt.tg.SetACLs(fuzzIQN, []ACL{
 				{Initiator: aclA, MappedLUNs: []MappedLUN{{MappedLUN: 0, LUN: 0}, {MappedLUN: 1, LUN: 3, ReadOnly: true}}},
-				{Initiator: aclB},
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -256,6 +260,9 @@ func TestSetACLs(t *testing.T) {
 				t.Errorf("login of A after its entry went: %v, want %v", err, iser.LoginForbidden)
 			}
 			// No ACLs at all: new sessions see every LUN again.
+			if err := pt.tg.SetAllowedInitiators(fuzzIQN, nil); err != nil {
+				t.Fatal(err)
+			}
 			if err := pt.tg.SetACLs(fuzzIQN, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -278,8 +285,7 @@ func TestACLUnmapLUN(t *testing.T) {
 	pt := aclPortal(t, []ACL{
 		{Initiator: aclA, MappedLUNs: []MappedLUN{{MappedLUN: 0, LUN: 0}, {MappedLUN: 1, LUN: 3}}},
 		{Initiator: aclB, MappedLUNs: []MappedLUN{{MappedLUN: 2, LUN: 3}}},
-		{Initiator: aclC},
-	})
+	}, aclC)
 	a := pt.mustLogin(t, iser.TransportTCP, fuzzIQN, pt.config(t, aclA))
 	b := pt.mustLogin(t, iser.TransportTCP, fuzzIQN, pt.config(t, aclB))
 	clearAll(t, a)

@@ -93,11 +93,12 @@ type TargetConfig struct {
 	AllowedInitiators []string
 	// ACLs are per-initiator access control entries, as LIO's node ACLs
 	// (/iscsi/IQN/tpg1/acls/INITIATOR): each admits its initiator and may
-	// give it its own LUN map (mapped LUNs). An initiator whose entry has
-	// MappedLUNs sees only those; one whose entry has none, or that has no
-	// entry (admitted by AllowedInitiators, or by a target without access
-	// control), sees every LUN under the target's LUN numbers. At most one
-	// entry per initiator; mapped LUNs must name LUNs of the target.
+	// give it its own LUN map (mapped LUNs). An initiator with an entry
+	// sees only its mapped LUNs (none if it has none, as with LIO); one
+	// without an entry (admitted by AllowedInitiators, or by a target
+	// without access control) sees every LUN under the target's LUN
+	// numbers. At most one entry per initiator; mapped LUNs must name LUNs
+	// of the target.
 	ACLs []ACL
 	// CHAP, if set, requires initiators to authenticate with CHAP as this
 	// user and secret. MutualCHAP is the identity the target answers a
@@ -111,10 +112,10 @@ type ACL struct {
 	// Initiator is the initiator's iSCSI name; the entry admits it to log
 	// in, as AllowedInitiators does.
 	Initiator string
-	// MappedLUNs, if set, are the LUNs the initiator sees (LIO's
-	// mapped_lunN -> tpg LUN): REPORT LUNS lists their MappedLUN numbers,
-	// commands to other LUN numbers fail with LOGICAL UNIT NOT SUPPORTED.
-	// Empty: the initiator sees every LUN of the target.
+	// MappedLUNs are the LUNs the initiator sees (LIO's mapped_lunN ->
+	// tpg LUN): REPORT LUNS lists their MappedLUN numbers, commands to
+	// other LUN numbers fail with LOGICAL UNIT NOT SUPPORTED. Empty: it
+	// sees none (AllowedInitiators admits an initiator to every LUN).
 	MappedLUNs []MappedLUN
 }
 
@@ -418,10 +419,6 @@ func checkACLs(name string, acls []ACL, luns []uint64) (map[string]*scsi.LUNView
 			return nil, fmt.Errorf("iscsi target %s: ACLs[%d]: initiator %s has an entry already (ACLs[%d])", name, i, a.Initiator, j)
 		}
 		at[a.Initiator] = i
-		if len(a.MappedLUNs) == 0 {
-			m[a.Initiator] = nil
-			continue
-		}
 		maps := make([]scsi.LUNMapping, len(a.MappedLUNs))
 		seen := make(map[uint64]int, len(a.MappedLUNs))
 		for k, ml := range a.MappedLUNs {
