@@ -152,7 +152,7 @@ the difference. The socket speaks HTTP with JSON: curl --unix-socket
 			}},
 			{Name: "acl", Usage: "iSCSI node ACLs: what LUNs an initiator sees (LIO's mapped LUNs)", Subcommands: []*cli.Command{
 				{Name: "set", Usage: "let an initiator log in to an iSCSI target, seeing only the --map LUNs (none: all)", ArgsUsage: "IQN INITIATOR",
-					Flags: []cli.Flag{&cli.StringSliceFlag{Name: "map", Usage: "MAPPED=LUN or MAPPED=LUN:ro (write-protected); repeatable"}},
+					Flags:  []cli.Flag{&cli.StringSliceFlag{Name: "map", Usage: "MAPPED=LUN or MAPPED=LUN:ro (write-protected); repeatable"}},
 					Action: adminACLSet},
 				{Name: "rm", Aliases: []string{"remove"}, Usage: "remove an initiator's ACL", ArgsUsage: "IQN INITIATOR", Action: func(c *cli.Context) error {
 					a, err := args(c, 2, "IQN INITIATOR")
