@@ -151,7 +151,7 @@ the difference. The socket speaks HTTP with JSON: curl --unix-socket
 				{Name: "deny", Usage: "remove it (sessions stay: rdisk admin close ends them)", ArgsUsage: "NAME", Flags: scsiFlags, Action: adminInitiator("DELETE")},
 			}},
 			{Name: "acl", Usage: "iSCSI node ACLs: what LUNs an initiator sees (LIO's mapped LUNs)", Subcommands: []*cli.Command{
-				{Name: "set", Usage: "let an initiator log in to an iSCSI target, seeing only the --map LUNs (none: all)", ArgsUsage: "IQN INITIATOR",
+				{Name: "set", Usage: "let an initiator log in to an iSCSI target, seeing only the --map LUNs (without --map: none; rdisk admin initiator allow admits to every LUN)", ArgsUsage: "IQN INITIATOR",
 					Flags:  []cli.Flag{&cli.StringSliceFlag{Name: "map", Usage: "MAPPED=LUN or MAPPED=LUN:ro (write-protected); repeatable"}},
 					Action: adminACLSet},
 				{Name: "rm", Aliases: []string{"remove"}, Usage: "remove an initiator's ACL", ArgsUsage: "IQN INITIATOR", Action: func(c *cli.Context) error {
