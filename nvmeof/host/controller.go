@@ -183,10 +183,16 @@ type Controller struct {
 	cc          nvmeof.CC
 	id          nvmeof.IdentifyController
 	admin       hostQueue
-	io          []hostQueue
+	io          []hostQueue // the I/O queues (see ioMu)
 	ioDepth     int
 	maxTransfer int
 	inCapsule   int
+
+	// ioMu guards io while Connect adds to it (setupIO), one queue at a
+	// time: fail, which may run meanwhile (the controller failed during
+	// setup), takes it to read io. Once Connect returned io never changes,
+	// and the I/O path reads it without a lock.
+	ioMu sync.Mutex
 
 	failOnce sync.Once
 	done     chan struct{}
@@ -455,7 +461,9 @@ func (c *Controller) setupIO(ctx context.Context) error {
 			return err
 		}
 		q.base().inCapsule = c.inCapsule
-		c.io = append(c.io, q)
+		if err := c.addIO(q); err != nil {
+			return fmt.Errorf("connecting queue %d to %s: the controller failed: %w", i, c.addr, err)
+		}
 		if err := q.connect(ctx, c.addr); err != nil {
 			return c.connectErr(uint16(i), err)
 		}
@@ -471,6 +479,22 @@ func (c *Controller) setupIO(ctx context.Context) error {
 	go c.watchdog()
 	c.log.Debug("nvme host: I/O queues connected", "queues", n, "depth", c.ioDepth, "max_transfer", c.maxTransfer, "in_capsule", c.inCapsule)
 	return nil
+}
+
+// addIO adds q to the I/O queues (Close frees it with them), unless the
+// controller failed meanwhile: then it returns why, and q is not connected.
+// Under ioMu, fail either sees q and fails it too (its connect or Fabrics
+// Connect then fails at once) or had closed done before.
+func (c *Controller) addIO(q hostQueue) error {
+	c.ioMu.Lock()
+	defer c.ioMu.Unlock()
+	c.io = append(c.io, q)
+	select {
+	case <-c.done:
+		return c.err
+	default:
+		return nil
+	}
 }
 
 func (c *Controller) startKeepAlive() {
@@ -547,7 +571,12 @@ func (c *Controller) fail(err error) {
 		if c.admin != nil {
 			c.admin.fail(err)
 		}
-		for _, q := range c.io {
+		// Connect may be adding I/O queues: those it adds after this
+		// see done closed (addIO).
+		c.ioMu.Lock()
+		io := c.io
+		c.ioMu.Unlock()
+		for _, q := range io {
 			q.fail(err)
 		}
 	})
