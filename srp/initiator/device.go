@@ -23,11 +23,16 @@ import (
 // READ(16)/WRITE(16) (FUA), SYNCHRONIZE CACHE(16), UNMAP, WRITE SAME(16)
 // of a zero block. Request.Queue picks the channel; each channel's queue
 // depth is bounded by the target's credits. It is safe for concurrent use.
+//
+// The Device follows the LU's capacity (a host.Live): when a command
+// reports CAPACITY DATA HAS CHANGED, or the target sends an SRP_AER_REQ
+// saying so, READ CAPACITY(16) is read again and Info and LU describe the
+// new size; the command that reported it is sent again once the new size is
+// in, checked and built against it.
 type Device struct {
 	s      *Session
 	lun    uint64
-	lu     host.LU
-	info   blockdev.Info
+	live   *host.Live
 	owned  bool
 	closed atomic.Bool
 
@@ -71,10 +76,12 @@ func (s *Session) Device(ctx context.Context, lun uint64) (*Device, error) {
 		u.Host = h
 		u.Port, _ = strconv.Atoi(p)
 	}
-	d := &Device{s: s, lun: lun, lu: lu, info: lu.Info(u.String(), len(s.chans), depth), zero: backstore.AlignedBuffer(lu.BlockSize, 4096)}
+	d := &Device{s: s, lun: lun, live: host.NewLive(lu, lu.Info(u.String(), len(s.chans), depth), s.log),
+		zero: backstore.AlignedBuffer(lu.BlockSize, 4096)}
 	if d.zeroMR, err = s.pd.RegisterMemory(d.zero, rdma.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("srp: LUN %d: registering the zero block: %w", lun, err)
 	}
+	s.addDevice(d)
 	return d, nil
 }
 
@@ -113,11 +120,24 @@ func (d *Device) Session() *Session { return d.s }
 // LUN returns the logical unit number.
 func (d *Device) LUN() uint64 { return d.lun }
 
-// LU returns what the probe learned about the logical unit.
-func (d *Device) LU() host.LU { return d.lu }
+// LU returns what the probe learned about the logical unit, with the
+// capacity last read (it follows CAPACITY DATA HAS CHANGED).
+func (d *Device) LU() host.LU { return d.live.LU() }
 
-// Info implements blockdev.Device.
-func (d *Device) Info() blockdev.Info { return d.info }
+// Info implements blockdev.Device. Size is the capacity last read: it
+// follows the LU's resizes (see Device).
+func (d *Device) Info() blockdev.Info { return d.live.Info() }
+
+// Refresh reads the LU's capacity again (READ CAPACITY(16)) and, when it
+// changed, makes Info and LU describe the new one. The Device does it by
+// itself when the target reports a capacity change; Refresh is for a
+// caller that learned of one otherwise.
+func (d *Device) Refresh(ctx context.Context) error {
+	if err := d.live.Refresh(ctx, d.s); err != nil {
+		return fmt.Errorf("srp: %w", err)
+	}
+	return nil
+}
 
 // AllocBuffer implements blockdev.Device.
 func (d *Device) AllocBuffer(size int) (blockdev.Buffer, error) { return d.s.AllocBuffer(size) }
@@ -129,6 +149,7 @@ func (d *Device) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
+	d.s.removeDevice(d)
 	var err error
 	if d.owned {
 		err = d.s.Close()
@@ -138,8 +159,14 @@ func (d *Device) Close() error {
 }
 
 // Submit implements blockdev.Device. It does not allocate.
-func (d *Device) Submit(r *blockdev.Request) error {
-	if err := blockdev.Check(&d.info, r); err != nil {
+func (d *Device) Submit(r *blockdev.Request) error { return d.submit(r, 0) }
+
+// submit checks r against the current capacity, builds its command from
+// the same snapshot and posts it; retries is how many times it was sent
+// already (a request sent again after a capacity refresh).
+func (d *Device) submit(r *blockdev.Request, retries int) error {
+	lu, err := d.live.Check(r)
+	if err != nil {
 		return err
 	}
 	if d.closed.Load() || d.s.closed.Load() {
@@ -158,9 +185,9 @@ func (d *Device) Submit(r *blockdev.Request) error {
 	if err != nil {
 		return err
 	}
-	sl.S.kind, sl.S.req = kindIO, r
+	sl.S.kind, sl.S.req, sl.S.dev, sl.S.retries = kindIO, r, d, retries
 	var cdb [16]byte
-	io, err := d.lu.BuildIO(&cdb, sl.S.table, r) // the UNMAP parameters go in the slot's remote-readable area
+	io, err := lu.BuildIO(&cdb, sl.S.table, r) // the UNMAP parameters go in the slot's remote-readable area
 	if err != nil {
 		ch.release(sl, true)
 		return err
@@ -173,6 +200,12 @@ func (d *Device) Submit(r *blockdev.Request) error {
 	case host.DataParam:
 		x.n, x.param = io.Len, true
 	case host.DataZeroBlock:
+		if io.Len > len(d.zero) {
+			// The block size grew since the open: the zero block
+			// registered then is too small.
+			ch.release(sl, true)
+			return fmt.Errorf("srp: LUN %d: %d-byte blocks, %d-byte zero block: %w", d.lun, io.Len, len(d.zero), blockdev.ErrIO)
+		}
 		x.mr, x.n = d.zeroMR, io.Len
 	}
 	n, data, err := ch.build(sl, d.lun, cdb[:], x)
@@ -181,12 +214,60 @@ func (d *Device) Submit(r *blockdev.Request) error {
 		ch.release(sl, true)
 		return err
 	}
-	r.Issued = time.Now()
+	if retries == 0 {
+		r.Issued = time.Now()
+	}
 	if err := ch.post(sl, n, data); err != nil {
 		ch.release(sl, true)
 		return err
 	}
 	return nil
+}
+
+// refreshAndResubmit runs on its own goroutine for a request that reported
+// CAPACITY DATA HAS CHANGED (the completion goroutine must not wait for
+// the READ CAPACITY): it re-reads the capacity, then sends the request
+// again, checked and built against the new size, or completes it with the
+// error that stops it.
+func (d *Device) refreshAndResubmit(r *blockdev.Request, retries int) {
+	d.live.UnitAttention(context.Background(), d.s, d.lun, host.CapacityChanged)
+	if err := d.submit(r, retries); err != nil {
+		r.Err = err
+		r.Completed = time.Now()
+		blockdev.Complete(r)
+	}
+}
+
+// addDevice registers d for the session's asynchronous events.
+func (s *Session) addDevice(d *Device) {
+	s.devMu.Lock()
+	s.devs = append(s.devs, d)
+	s.devMu.Unlock()
+}
+
+// removeDevice forgets a closed device.
+func (s *Session) removeDevice(d *Device) {
+	s.devMu.Lock()
+	for i, x := range s.devs {
+		if x == d {
+			s.devs = append(s.devs[:i], s.devs[i+1:]...)
+			break
+		}
+	}
+	s.devMu.Unlock()
+}
+
+// capacityChanged re-reads the capacity of the open devices of LUN lun
+// (an SRP_AER_REQ reported CAPACITY DATA HAS CHANGED), each on its own
+// goroutine: it is called on a completion goroutine.
+func (s *Session) capacityChanged(lun uint64) {
+	s.devMu.Lock()
+	defer s.devMu.Unlock()
+	for _, d := range s.devs {
+		if d.lun == lun && !d.closed.Load() {
+			go d.live.UnitAttention(context.Background(), s, lun, host.CapacityChanged)
+		}
+	}
 }
 
 // LUNInfo describes one logical unit, as Discover lists them.

@@ -16,7 +16,18 @@
 // forces indirect tables, in or out of the IU, for tests). It answers
 // SRP_CRED_REQ and SRP_AER_REQ, treats SRP_T_LOGOUT as the end of the
 // channel (LogoutError), retries I/O after unit attentions, BUSY and TASK
-// SET FULL (scsi/host's policy), and logs out
-// with SRP_I_LOGOUT on Close. Session and Device methods are safe for
-// concurrent use; completion callbacks run on the channel's goroutine.
+// SET FULL (scsi/host's policy), and logs out with SRP_I_LOGOUT on Close.
+//
+// A Device follows its LU's capacity (scsi/host's Live): a command that
+// reports CAPACITY DATA HAS CHANGED is sent again only after READ
+// CAPACITY(16) was read again, from another goroutine than the channel's
+// (which never waits for a command), and checked and built against the new
+// size; an SRP_AER_REQ reporting the change makes the Devices of its LUN
+// re-read it too. Info and LU then give the new size; Device.Refresh
+// re-reads it on demand. REPORTED LUNS DATA HAS CHANGED is logged and the
+// command sent again.
+//
+// Session and Device methods are safe for concurrent use; completion
+// callbacks run on the channel's goroutine (or, for a request sent again
+// after a capacity change, on the goroutine that re-read it).
 package initiator

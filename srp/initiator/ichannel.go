@@ -54,6 +54,11 @@ type request struct {
 	tableOf int    // its offset in ichannel.remoteMR
 	tmp     rdma.MR
 	req     *blockdev.Request
+	dev     *Device // the Device of a kindIO request
+	// refresh: the request reported CAPACITY DATA HAS CHANGED; its slot
+	// completes without it, and it is sent again after the capacity is
+	// re-read (Device.refreshAndResubmit).
+	refresh bool
 
 	// Outcome, set by the completion goroutine.
 	status    uint8
@@ -151,13 +156,13 @@ func (ch *ichannel) acquire(ctx context.Context) (*islot, error) {
 	x := &sl.S
 	x.gen++
 	x.tag = uint64(x.gen)<<32 | uint64(ch.idx)<<16 | uint64(sl.Index())
-	x.retries, x.completed, x.orphan = 0, false, false
+	x.retries, x.completed, x.orphan, x.refresh = 0, false, false, false
 	return sl, nil
 }
 
 // release returns a slot (and, if it was never sent, its credit).
 func (ch *ichannel) release(sl *islot, credit bool) {
-	sl.S.req = nil
+	sl.S.req, sl.S.dev = nil, nil
 	ch.q.Release(sl, credit)
 }
 
@@ -243,8 +248,11 @@ func (ch *ichannel) Recv(m rdmaq.Msg) error {
 		}
 		ch.aerCount.Add(1)
 		ch.q.AddCredits(f.ReqLimDelta)
+		lun, _ := scsi.DecodeLUN(f.LUN)
+		if host.ParseUnitAttention(scsi.StatusCheckCondition, sense) == host.CapacityChanged {
+			ch.s.capacityChanged(lun)
+		}
 		if h := ch.s.cfg.OnAER; h != nil {
-			lun, _ := scsi.DecodeLUN(f.LUN)
 			h(lun, append([]byte(nil), sense...))
 		}
 		return ch.answer(srp.OpAERRsp, f.Tag)
@@ -300,7 +308,21 @@ func (ch *ichannel) onRsp(b []byte) error {
 	if rd := r.RespData(); len(rd) >= 4 {
 		x.respCode = int(rd[3])
 	}
-	if x.kind == kindIO && host.Retry(scsi.Status(x.status), x.sense[:x.senseLen], x.retries) {
+	if st, sense := scsi.Status(x.status), x.sense[:x.senseLen]; x.kind == kindIO && host.Retry(st, sense, x.retries) {
+		switch host.ParseUnitAttention(st, sense) {
+		case host.CapacityChanged:
+			// The capacity must be re-read first, and this goroutine
+			// cannot wait for READ CAPACITY: the slot completes
+			// without the request, which Complete hands to a
+			// goroutine that refreshes and submits it again.
+			ch.q.AddCredits(f.ReqLimDelta)
+			x.retries++
+			x.refresh = true
+			ch.q.Respond(sl)
+			return nil
+		case host.LUNsChanged:
+			x.dev.live.UnitAttention(context.Background(), ch.s, x.lun, host.LUNsChanged) // logs; runs no command
+		}
 		// A unit attention, BUSY or TASK SET FULL: send the same IU
 		// again with a credit, keeping one in reserve as for a new
 		// command.
@@ -321,6 +343,12 @@ func (ch *ichannel) Complete(sl *islot) {
 	switch x.kind {
 	case kindIO:
 		r := x.req
+		if x.refresh && sl.Err == nil {
+			d, retries := x.dev, x.retries
+			ch.release(sl, false)
+			go d.refreshAndResubmit(r, retries)
+			return
+		}
 		r.Err = result(sl)
 		r.Completed = time.Now()
 		ch.release(sl, false)

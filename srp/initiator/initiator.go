@@ -209,6 +209,9 @@ type Session struct {
 	chans  []*ichannel
 	login  srp.LoginRspFields
 
+	devMu sync.Mutex
+	devs  []*Device // the open Devices, for the asynchronous events
+
 	closeOnce sync.Once
 	closed    atomic.Bool
 	watchStop chan struct{}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package initiator_test
+
+const raceEnabled = false
