@@ -26,11 +26,15 @@ type StatusError = host.StatusError
 // READ(16), WRITE(16) with FUA, SYNCHRONIZE CACHE(16), UNMAP and WRITE
 // SAME(16) of a zero block. It has one queue (the session's connection) of
 // the session's depth. It is safe for concurrent use.
+//
+// The Device follows the LU's capacity (a host.Live): a command that
+// reports CAPACITY DATA HAS CHANGED makes it read READ CAPACITY(16) again,
+// so that Info and LU describe the new size, before the command is sent
+// again, checked and built against it.
 type Device struct {
 	s      *Session
 	lun    uint64
-	lu     host.LU
-	info   blockdev.Info
+	live   *host.Live
 	owned  bool
 	closed atomic.Bool
 
@@ -55,13 +59,12 @@ func Open(ctx context.Context, u URL, cfg Config) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := s.Device(ctx, u.LUN)
+	d, err := s.device(ctx, u.LUN, u.String())
 	if err != nil {
 		s.Logout(ctx)
 		return nil, err
 	}
 	d.owned = true
-	d.info.Name = u.String()
 	return d, nil
 }
 
@@ -89,6 +92,11 @@ func (s *Session) RunSCSI(ctx context.Context, c *host.Command) error {
 // capacity, the block limits and provisioning VPD pages and the write
 // protection.
 func (s *Session) Device(ctx context.Context, lun uint64) (*Device, error) {
+	return s.device(ctx, lun, fmt.Sprintf("%s://%s/%s/%d", URL{Transport: s.tr}.Scheme(), s.addr, s.params.TargetName, lun))
+}
+
+// device is Device with the device's name.
+func (s *Session) device(ctx context.Context, lun uint64, name string) (*Device, error) {
 	if s.params.SessionType != iser.SessionNormal {
 		return nil, fmt.Errorf("iscsi: a discovery session has no LUNs")
 	}
@@ -96,8 +104,7 @@ func (s *Session) Device(ctx context.Context, lun uint64) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("iscsi: %w", err)
 	}
-	d := &Device{s: s, lun: lun, lu: lu}
-	d.info = lu.Info(fmt.Sprintf("%s://%s/%s/%d", URL{Transport: s.tr}.Scheme(), s.addr, s.params.TargetName, lun), 1, s.depth)
+	d := &Device{s: s, lun: lun, live: host.NewLive(lu, lu.Info(name, 1, s.depth), s.log)}
 	d.aux = backstore.AlignedBuffer(len(s.slots)*auxStride+lu.BlockSize, 4096)
 	d.zero = d.aux[len(s.slots)*auxStride:]
 	if s.tr == iser.TransportISER {
@@ -115,11 +122,25 @@ func (d *Device) Session() *Session { return d.s }
 // LUN returns the logical unit number.
 func (d *Device) LUN() uint64 { return d.lun }
 
-// LU returns what the probe learned about the logical unit.
-func (d *Device) LU() host.LU { return d.lu }
+// LU returns what the probe learned about the logical unit, with the
+// capacity last read (it follows CAPACITY DATA HAS CHANGED).
+func (d *Device) LU() host.LU { return d.live.LU() }
 
-// Info implements blockdev.Device.
-func (d *Device) Info() blockdev.Info { return d.info }
+// Info implements blockdev.Device. Size is the capacity last read: it
+// follows the LU's resizes (see Device).
+func (d *Device) Info() blockdev.Info { return d.live.Info() }
+
+// Refresh reads the LU's capacity again (READ CAPACITY(16)) and, when it
+// changed, makes Info and LU describe the new one. The Device does it by
+// itself when a command reports a capacity change; Refresh is for a caller
+// that learned of one otherwise (iSCSI has no event for it: the unit
+// attention waits for the next command).
+func (d *Device) Refresh(ctx context.Context) error {
+	if err := d.live.Refresh(ctx, d.s); err != nil {
+		return fmt.Errorf("iscsi: %w", err)
+	}
+	return nil
+}
 
 // Done is closed when the session failed or was closed.
 func (d *Device) Done() <-chan struct{} { return d.s.dead }
@@ -141,12 +162,18 @@ func (d *Device) AllocBuffer(size int) (blockdev.Buffer, error) {
 	return b, nil
 }
 
-// Submit implements blockdev.Device.
-func (d *Device) Submit(r *blockdev.Request) error {
+// Submit implements blockdev.Device. It does not allocate.
+func (d *Device) Submit(r *blockdev.Request) error { return d.submit(r, 0) }
+
+// submit checks r against the current capacity, builds its command from
+// the same snapshot and posts it; retries is how many times it was sent
+// already (a request sent again after a capacity refresh).
+func (d *Device) submit(r *blockdev.Request, retries int) error {
 	if d.closed.Load() {
 		return blockdev.ErrClosed
 	}
-	if err := blockdev.Check(&d.info, r); err != nil {
+	lu, err := d.live.Check(r)
+	if err != nil {
 		return err
 	}
 	var b *rdmaq.Buffer
@@ -161,10 +188,10 @@ func (d *Device) Submit(r *blockdev.Request) error {
 	if err != nil {
 		return err
 	}
-	sl.kind, sl.lun, sl.dev, sl.req, sl.op = kindCmd, d.lun, d, r, r.Op
+	sl.kind, sl.lun, sl.dev, sl.req, sl.op, sl.retries = kindCmd, d.lun, d, r, r.Op, retries
 	var cdb [16]byte
 	pOff := sl.idx * auxStride
-	io, err := d.lu.BuildIO(&cdb, d.aux[pOff:pOff+auxStride], r)
+	io, err := lu.BuildIO(&cdb, d.aux[pOff:pOff+auxStride], r)
 	if err != nil {
 		s.put(sl)
 		return err
@@ -176,12 +203,20 @@ func (d *Device) Submit(r *blockdev.Request) error {
 	case host.DataParam:
 		sl.buf, sl.mr, sl.mrOff = d.aux[pOff:pOff+io.Len], d.auxMR, pOff
 	case host.DataZeroBlock:
-		sl.buf, sl.mr, sl.mrOff = d.zero, d.auxMR, len(d.s.slots)*auxStride
+		if io.Len > len(d.zero) {
+			// The block size grew since the open: the zero block
+			// allocated then is too small.
+			s.put(sl)
+			return fmt.Errorf("iscsi: LUN %d: %d-byte blocks, %d-byte zero block: %w", d.lun, io.Len, len(d.zero), blockdev.ErrIO)
+		}
+		sl.buf, sl.mr, sl.mrOff = d.zero[:io.Len], d.auxMR, len(d.s.slots)*auxStride
 	}
 	sl.expLen = uint32(io.Len)
 	iser.SCSICommand(sl.hdr[:]).Encode(&iser.SCSICommandFields{Final: true, Read: sl.read, Write: sl.write, Attr: iser.AttrSimple,
 		LUN: encodeLUN(d.lun), ITT: sl.itt, ExpectedDataTransferLength: sl.expLen, CDB: cdb})
-	r.Issued = time.Now()
+	if retries == 0 {
+		r.Issued = time.Now()
+	}
 	if err := s.post(sl); err != nil {
 		s.put(sl)
 		return err
@@ -198,14 +233,25 @@ func (d *Device) complete(sl *slot) {
 	case sl.response != iser.ResponseCompleted:
 		r.Err = fmt.Errorf("iscsi %s: the target failed the command (response %#x): %w", sl.op, sl.response, blockdev.ErrIO)
 	case sl.status != 0:
-		if host.Retry(scsi.Status(sl.status), sl.sense[:sl.senseLen], sl.retries) && !d.closed.Load() {
+		st, sense := scsi.Status(sl.status), sl.sense[:sl.senseLen]
+		if host.Retry(st, sense, sl.retries) && !d.closed.Load() {
 			// A unit attention (LUN reset, mode change...) fails the
 			// command that reports it, BUSY and TASK SET FULL a command
 			// the task set had no room for: send it again, from another
 			// goroutine, since posting may wait for the command window
 			// that this receive side opens.
 			sl.retries++
-			go d.retry(sl)
+			ua := host.ParseUnitAttention(st, sense)
+			if ua == host.CapacityChanged {
+				// READ CAPACITY first, which needs a slot: this one
+				// goes back, and the request is submitted again on
+				// a new one once the capacity is in.
+				r, retries := sl.req, sl.retries
+				d.s.put(sl)
+				go d.refreshAndResubmit(r, retries)
+				return
+			}
+			go d.retry(sl, ua)
 			return
 		}
 		r.Err = host.NewStatusError("iscsi", host.IOName(sl.op), scsi.Status(sl.status), sl.sense[:sl.senseLen])
@@ -219,9 +265,13 @@ func (d *Device) complete(sl *slot) {
 	blockdev.Complete(r)
 }
 
-// retry sends a slot's command again under a new ITT.
-func (d *Device) retry(sl *slot) {
+// retry sends a slot's command again under a new ITT, after logging a
+// change of the LUN inventory (ua).
+func (d *Device) retry(sl *slot, ua host.UnitAttention) {
 	s := d.s
+	if ua == host.LUNsChanged {
+		d.live.UnitAttention(context.Background(), s, d.lun, ua) // logs; runs no command
+	}
 	sl.gen++
 	sl.itt = uint32(sl.idx) | uint32(sl.gen&0x7fff)<<16
 	iser.BHS(sl.hdr[:]).SetITT(sl.itt)
@@ -230,6 +280,19 @@ func (d *Device) retry(sl *slot) {
 		sl.err = err
 		sl.state.Store(slotFlight)
 		d.complete(sl)
+	}
+}
+
+// refreshAndResubmit runs on its own goroutine for a request that reported
+// CAPACITY DATA HAS CHANGED: it re-reads the capacity, then submits the
+// request again, checked and built against the new size, or completes it
+// with the error that stops it.
+func (d *Device) refreshAndResubmit(r *blockdev.Request, retries int) {
+	d.live.UnitAttention(context.Background(), d.s, d.lun, host.CapacityChanged)
+	if err := d.submit(r, retries); err != nil {
+		r.Err = err
+		r.Completed = time.Now()
+		blockdev.Complete(r)
 	}
 }
 

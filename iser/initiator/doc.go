@@ -45,6 +45,13 @@
 // attention, BUSY or TASK SET FULL (up to host.MaxRetries times, the
 // policy of package scsi/host). Nothing on the I/O path allocates.
 //
+// A Device follows its LU's capacity (scsi/host's Live): a command that
+// reports CAPACITY DATA HAS CHANGED gives its slot back, READ CAPACITY(16)
+// is read again on another goroutine, and the command is submitted again,
+// checked and built against the new size; Info and LU then give the new
+// size (Device.Refresh re-reads it on demand: iSCSI has no event for it).
+// REPORTED LUNS DATA HAS CHANGED is logged and the command sent again.
+//
 // Any transport error or protocol violation, and a command without a
 // response for Config.CommandTimeout, fails the whole session (there is no
 // reconnect): requests in flight complete with an error matching
