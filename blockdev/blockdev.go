@@ -76,7 +76,10 @@ const (
 // Has reports whether all of want are set.
 func (c Caps) Has(want Caps) bool { return c&want == want }
 
-// Info describes a device. It does not change while the device is open.
+// Info describes a device. Its size may change while the device is open,
+// when the target announces a resize (an NVMe Namespace Attribute Changed
+// event, a SCSI CAPACITY DATA HAS CHANGED unit attention): call the
+// device's Info again rather than keeping a copy.
 type Info struct {
 	// Name identifies the device for people, e.g. its URL.
 	Name string
