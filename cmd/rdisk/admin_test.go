@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +14,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/nvmeof"
@@ -296,4 +302,87 @@ func TestTargetSIGHUP(t *testing.T) {
 		t.Fatalf("reload of a broken file: %v", err)
 	}
 	waitFor("after a broken file", []uint32{1, 2})
+}
+
+// TestMetricsDuringBench scrapes /metrics while rdisk bench runs and after
+// it: the namespace's write counter, bytes and latency histogram count
+// equal the I/Os the benchmark reports.
+func TestMetricsDuringBench(t *testing.T) {
+	t.Parallel()
+	run, addr, _ := startAdminTarget(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go serveMetrics(ctx, ln, newRegistry(run.Collector()), slog.New(slog.DiscardHandler))
+	scrape := func() map[string]*dto.MetricFamily {
+		t.Helper()
+		resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := p.TextToMetricFamilies(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fams
+	}
+	value := func(fams map[string]*dto.MetricFamily, name, op string) (float64, uint64) {
+		for _, m := range fams[name].GetMetric() {
+			ok := 0
+			for _, l := range m.GetLabel() {
+				if (l.GetName() == "op" && l.GetValue() == op) || (l.GetName() == "nsid" && l.GetValue() == "1") {
+					ok++
+				}
+			}
+			if ok == 2 {
+				return m.GetCounter().GetValue(), m.GetHistogram().GetSampleCount()
+			}
+		}
+		t.Fatalf("no %s{op=%q,nsid=1}", name, op)
+		return 0, 0
+	}
+	done := make(chan struct{})
+	var out, errOut string
+	go func() {
+		defer close(done)
+		out, errOut, err = runCLI(t, "bench", "nvme+tcp://"+addr+"/"+adminNQN+"/1", "--rw", "randwrite", "--qd", "4",
+			"--runtime", "1s", "--size", "8MiB", "--json", "-q")
+	}()
+	time.Sleep(300 * time.Millisecond)
+	mid, _ := value(scrape(), "rdisk_namespace_ops_total", "write")
+	<-done
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, errOut)
+	}
+	var res struct {
+		IOs   uint64 `json:"ios"`
+		Bytes uint64 `json:"bytes"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.IOs == 0 {
+		t.Fatalf("bench output: %v\n%s", err, out)
+	}
+	fams := scrape()
+	ops, _ := value(fams, "rdisk_namespace_ops_total", "write")
+	bytes, _ := value(fams, "rdisk_namespace_bytes_total", "write")
+	_, samples := value(fams, "rdisk_namespace_latency_seconds", "write")
+	if uint64(ops) != res.IOs || uint64(bytes) != res.IOs*4096 || samples != res.IOs || mid > ops {
+		t.Fatalf("metrics: %v writes, %v bytes, %d latency samples (mid-run %v); bench: %d I/Os", ops, bytes, samples, mid, res.IOs)
+	}
+	if fams["go_goroutines"] == nil || fams["process_cpu_seconds_total"] == nil {
+		t.Fatal("no Go/process metrics")
+	}
+}
+
+// TestLogFormat: --log-format json writes one JSON object per line; a
+// wrong value is refused before anything starts.
+func TestLogFormat(t *testing.T) {
+	t.Parallel()
+	if _, _, err := runCLI(t, "target", "--log-format", "xml"); err == nil || !strings.Contains(err.Error(), `--log-format "xml": want text or json`) {
+		t.Fatalf("--log-format xml: %v", err)
+	}
 }

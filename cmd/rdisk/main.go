@@ -112,6 +112,7 @@ func newApp() *cli.App {
 		},
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json (one JSON object per line, log/slog's keys)"},
 			&cli.BoolFlag{Name: "version", Aliases: []string{"v"}, Usage: "print the version"},
 		},
 		Commands: []*cli.Command{
@@ -138,5 +139,13 @@ func logger(c *cli.Context) (*slog.Logger, error) {
 	if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.String("log-level"))
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})), nil
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch f := c.String("log-format"); f {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", f)
+	}
 }

@@ -79,6 +79,7 @@ applies the difference.`,
 			&cli.StringFlag{Name: "iqn", Value: defaultIQN, Usage: "iSCSI target name"},
 			&cli.StringSliceFlag{Name: "allow-initiator", Usage: "iSCSI initiator IQN allowed to log in (repeatable)"},
 			&cli.StringFlag{Name: "config", Usage: "nvmetcli JSON configuration, with rdisk_iscsi and rdisk_srp sections for the SCSI transports (replaces the flags above); SIGHUP re-reads it and applies the difference"},
+			metricsFlag(),
 			&cli.StringFlag{Name: "admin-socket", Value: target.DefaultAdminSocket, Usage: "unix socket for rdisk admin (root only; empty: none; the default is skipped with a warning when another target holds it)"},
 			cpusFlag("most CPUs (Go Ps) to use; rdisk uses one per connected queue up to this", "$GOMAXPROCS, else all CPUs"),
 		}, srpTargetFlags()...),
@@ -98,6 +99,13 @@ func runTarget(c *cli.Context) error {
 	hook, err := procHook(c, log)
 	if err != nil {
 		return err
+	}
+	metricsLn, err := listenMetrics(c)
+	if err != nil {
+		return err
+	}
+	if metricsLn != nil {
+		defer metricsLn.Close()
 	}
 	adminLn, err := listenAdmin(c, log)
 	if err != nil {
@@ -139,6 +147,10 @@ func runTarget(c *cli.Context) error {
 	}
 	printSCSIConfig(cfg, run)
 	reload := reloadFunc(c.String("config"), run, log)
+	if metricsLn != nil {
+		go serveMetrics(c.Context, metricsLn, newRegistry(run.Collector()), log)
+		fmt.Printf("  metrics: http://%s/metrics\n", metricsLn.Addr())
+	}
 	if adminLn != nil {
 		go target.ServeAdmin(c.Context, adminLn, run.AdminHandler(reload, log), log)
 		fmt.Printf("  admin: rdisk admin --socket %s status\n", adminLn.Addr())
