@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestConformance runs the same suite against every kind of disk: RAM (512
@@ -272,6 +273,24 @@ func runConformance(t *testing.T, k diskKind, d Disk) {
 		base := int64(40 * MemChunkSize)
 		span := int64(blocks * bs)
 		var wg sync.WaitGroup
+		// The in-flight gauge stays within [0, writers] while they run.
+		stop := make(chan struct{})
+		sampled := make(chan int64, 1)
+		go func() {
+			var worst int64
+			for {
+				select {
+				case <-stop:
+					sampled <- worst
+					return
+				default:
+				}
+				if n := stats().InFlight; n < 0 || n > writers {
+					worst = n
+				}
+				time.Sleep(20 * time.Microsecond)
+			}
+		}()
 		for w := range writers {
 			wg.Add(1)
 			go func() {
@@ -297,6 +316,13 @@ func runConformance(t *testing.T, k diskKind, d Disk) {
 			}()
 		}
 		wg.Wait()
+		close(stop)
+		if n := <-sampled; n != 0 {
+			t.Errorf("Stats.InFlight was %d with %d writers", n, writers)
+		}
+		if n := stats().InFlight; n != 0 {
+			t.Errorf("Stats.InFlight = %d after the writers finished, want 0", n)
+		}
 		for w := range writers {
 			off := base + int64(w)*span
 			want(t, "writer's range", read(t, off, int(span)), off, uint64(100*w+rounds-1))
@@ -332,6 +358,16 @@ func runConformance(t *testing.T, k diskKind, d Disk) {
 			if o.Latency.Count() != o.Ops {
 				t.Errorf("%s: latency histogram holds %d ops, counters %d", name, o.Latency.Count(), o.Ops)
 			}
+		}
+		// Every request so far, refused ones included, has left flight;
+		// so has a no-wait read, served or declined.
+		if nw, ok := d.(NoWaitReader); ok {
+			if _, err := nw.ReadAtNoWait(buf(bs), 0); err != nil {
+				t.Errorf("ReadAtNoWait: %v", err)
+			}
+		}
+		if n := stats().InFlight; n != 0 {
+			t.Errorf("Stats.InFlight = %d on an idle disk, want 0", n)
 		}
 	})
 

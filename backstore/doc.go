@@ -34,10 +34,11 @@
 // Rescanner (File and Block re-read the size set outside rdisk). Size is
 // safe to call meanwhile, and a request sees the old size or the new one.
 //
-// Every disk keeps Stats (operations, bytes, errors, latency histograms)
-// with atomic counters, and reports Health: synthetic for Mem, File and
-// Null (their own counters, never a warning), SMART for Block (ATA, NVMe or
-// SCSI, mapped to one neutral struct). A device without SMART says so with
+// Every disk keeps Stats (operations, bytes, errors, latency histograms
+// whose bucket bounds LatencyBucketBounds lists, and a gauge of the
+// requests in flight) with atomic counters, and reports Health: synthetic
+// for Mem, File and Null (their own counters, never a warning), SMART for
+// Block (ATA, NVMe or SCSI, mapped to one neutral struct). A device without SMART says so with
 // Health.Supported false and an error wrapping ErrUnsupported.
 //
 // All disks are safe for concurrent use by many queues. Close waits for the

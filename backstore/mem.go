@@ -216,9 +216,9 @@ func (m *Mem) ReadAt(p []byte, off int64) error {
 	if err := m.check(OpRead, off, int64(len(p)), false); err != nil {
 		return err
 	}
-	start := m.stats.now()
+	start := m.stats.begin()
 	m.read(p, off)
-	m.stats.read.done(int64(len(p)), m.stats.since(start), nil)
+	m.stats.end(&m.stats.read, int64(len(p)), start, nil)
 	return nil
 }
 
@@ -234,7 +234,7 @@ func (m *Mem) ViewAt(segs [][]byte, off int64, n int) (int, error) {
 	if n > 0 && last-first >= int64(len(segs)) {
 		return 0, fmt.Errorf("viewing %d bytes at %d: %d chunks for %d segments: %w", n, off, last-first+1, len(segs), ErrUnsupported)
 	}
-	start := m.stats.now()
+	start := m.stats.begin()
 	k := 0
 	for o, left := off, n; left > 0; k++ {
 		i := o >> memChunkShift
@@ -252,7 +252,7 @@ func (m *Mem) ViewAt(segs [][]byte, off int64, n int) (int, error) {
 		o += int64(l)
 		left -= l
 	}
-	m.stats.read.done(int64(n), m.stats.since(start), nil)
+	m.stats.end(&m.stats.read, int64(n), start, nil)
 	return k, nil
 }
 
@@ -262,13 +262,13 @@ func (m *Mem) ReadvAt(bufs [][]byte, off int64) error {
 	if err := m.check(OpRead, off, n, false); err != nil {
 		return err
 	}
-	start := m.stats.now()
+	start := m.stats.begin()
 	o := off
 	for _, b := range bufs {
 		m.read(b, o)
 		o += int64(len(b))
 	}
-	m.stats.read.done(n, m.stats.since(start), nil)
+	m.stats.end(&m.stats.read, n, start, nil)
 	return nil
 }
 
@@ -278,7 +278,7 @@ func (m *Mem) WriteAt(p []byte, off int64, flags WriteFlags) error {
 	if err := m.check(OpWrite, off, int64(len(p)), true); err != nil {
 		return err
 	}
-	start := m.stats.now()
+	start := m.stats.begin()
 	m.write(p, off)
 	m.doneWrite(int64(len(p)), start, flags)
 	return nil
@@ -290,7 +290,7 @@ func (m *Mem) WritevAt(bufs [][]byte, off int64, flags WriteFlags) error {
 	if err := m.check(OpWrite, off, n, true); err != nil {
 		return err
 	}
-	start := m.stats.now()
+	start := m.stats.begin()
 	o := off
 	for _, b := range bufs {
 		m.write(b, o)
@@ -304,7 +304,7 @@ func (m *Mem) doneWrite(n int64, start time.Duration, flags WriteFlags) {
 	if flags&FUA != 0 {
 		m.stats.fua.Add(1)
 	}
-	m.stats.write.done(n, m.stats.since(start), nil)
+	m.stats.end(&m.stats.write, n, start, nil)
 }
 
 // Flush does nothing: a RAM disk has no volatile cache beyond itself.
@@ -332,7 +332,7 @@ func (m *Mem) zero(op Op, off, length int64) error {
 	if err := m.check(op, off, length, true); err != nil {
 		return err
 	}
-	start := m.stats.now()
+	start := m.stats.begin()
 	total := length
 	dir := *m.dir.Load()
 	for length > 0 {
@@ -355,7 +355,7 @@ func (m *Mem) zero(op Op, off, length int64) error {
 		off += n
 		length -= n
 	}
-	m.stats.op(op).done(total, m.stats.since(start), nil)
+	m.stats.end(m.stats.op(op), total, start, nil)
 	return nil
 }
 

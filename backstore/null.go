@@ -78,9 +78,9 @@ func (d *Null) ReadAt(p []byte, off int64) error {
 	if err := d.check(OpRead, off, int64(len(p)), false); err != nil {
 		return err
 	}
-	start := d.stats.now()
+	start := d.stats.begin()
 	clear(p)
-	d.stats.read.done(int64(len(p)), d.stats.since(start), nil)
+	d.stats.end(&d.stats.read, int64(len(p)), start, nil)
 	return nil
 }
 
@@ -90,11 +90,11 @@ func (d *Null) ReadvAt(bufs [][]byte, off int64) error {
 	if err := d.check(OpRead, off, n, false); err != nil {
 		return err
 	}
-	start := d.stats.now()
+	start := d.stats.begin()
 	for _, b := range bufs {
 		clear(b)
 	}
-	d.stats.read.done(n, d.stats.since(start), nil)
+	d.stats.end(&d.stats.read, n, start, nil)
 	return nil
 }
 

@@ -6,10 +6,21 @@ import (
 	"time"
 )
 
-// LatencyBuckets is the number of buckets of a latency histogram. Bucket 0
-// counts operations faster than 1µs; bucket i (0 < i < LatencyBuckets-1)
-// counts latencies in [2^(i-1)µs, 2^i µs); the last bucket counts everything
-// from 2^(LatencyBuckets-2)µs (about 4.2 s) up.
+// LatencyBuckets is the number of buckets of a latency histogram
+// (Latency.Buckets). The buckets are not cumulative: each operation is
+// counted in exactly one of them, by its latency d measured in nanoseconds:
+//
+//	bucket 0:                       d < 1µs
+//	bucket i, 0 < i < LatencyBuckets-1: 2^(i-1)µs <= d < 2^i µs
+//	bucket LatencyBuckets-1:        d >= 2^(LatencyBuckets-2)µs (about 4.19 s)
+//
+// so the upper bounds are 1µs, 2µs, 4µs, … 4.194304 s (2^22 µs), then none
+// (LatencyBucketBounds lists them). A Prometheus histogram built from these
+// buckets takes the bounds as its "le" values, sums the counts of buckets
+// 0..i for the bucket of bound i, and puts the total count in "+Inf". The
+// bounds are exclusive here and inclusive in Prometheus; at nanosecond
+// resolution the difference is an operation that took exactly 2^i µs, which
+// the histogram counts one bucket higher.
 const LatencyBuckets = 24
 
 // LatencyBucketUpper returns the exclusive upper bound of histogram bucket i,
@@ -19,6 +30,20 @@ func LatencyBucketUpper(i int) time.Duration {
 		return 0
 	}
 	return time.Duration(1<<i) * time.Microsecond
+}
+
+// LatencyBucketBounds returns the exclusive upper bounds of the histogram
+// buckets 0 to LatencyBuckets-2, in increasing order: 1µs, 2µs, 4µs, …,
+// 2^(LatencyBuckets-2)µs. The last bucket (index LatencyBuckets-1) is
+// unbounded and has no entry, so the slice has LatencyBuckets-1 elements,
+// the layout of Prometheus bucket bounds (whose "+Inf" bucket is implicit).
+// Each call returns a new slice.
+func LatencyBucketBounds() []time.Duration {
+	b := make([]time.Duration, LatencyBuckets-1)
+	for i := range b {
+		b[i] = LatencyBucketUpper(i)
+	}
+	return b
 }
 
 // Latency is a latency histogram of one operation type.
@@ -74,6 +99,13 @@ type Stats struct {
 	// writes to a read-only disk, misaligned direct I/O buffers and I/O
 	// after Close.
 	Rejected uint64
+	// InFlight is a gauge, not a counter: the requests of all operation
+	// types that have started on the medium (they passed the checks that
+	// count Rejected) and have not finished yet. It is 0 on an idle disk.
+	// Requests that complete without doing any work (Flush of Mem and
+	// Null, writes to Null, zero-length discards and write-zeroes of File
+	// and Block) are counted in their OpStats but never show here.
+	InFlight int64
 }
 
 // Errors returns the total of the medium errors of all operation types.
@@ -134,6 +166,7 @@ type statsCollector struct {
 	epoch                               time.Time
 	read, write, flush, discard, zeroes opCounters
 	fua, rejected                       atomic.Uint64
+	inFlight                            atomic.Int64
 }
 
 // now returns the monotonic time since the epoch, the start of a latency
@@ -142,6 +175,24 @@ func (s *statsCollector) now() time.Duration { return time.Since(s.epoch) }
 
 // since returns the time elapsed since start, a value of now.
 func (s *statsCollector) since(start time.Duration) time.Duration { return s.now() - start }
+
+// begin marks a request in flight and returns its start time, a value of
+// now. Every begin is matched by one end or one abandon.
+func (s *statsCollector) begin() time.Duration {
+	s.inFlight.Add(1)
+	return s.now()
+}
+
+// end records the operation that began at start on c (n bytes, err) and
+// takes it out of flight.
+func (s *statsCollector) end(c *opCounters, n int64, start time.Duration, err error) {
+	c.done(n, s.since(start), err)
+	s.inFlight.Add(-1)
+}
+
+// abandon takes a request that began out of flight without counting it
+// (ReadAtNoWait declining).
+func (s *statsCollector) abandon() { s.inFlight.Add(-1) }
 
 func (s *statsCollector) op(op Op) *opCounters {
 	switch op {
@@ -167,6 +218,7 @@ func (s *statsCollector) snapshot() Stats {
 		WriteZeroes: s.zeroes.snapshot(),
 		FUAWrites:   s.fua.Load(),
 		Rejected:    s.rejected.Load(),
+		InFlight:    s.inFlight.Load(),
 	}
 }
 

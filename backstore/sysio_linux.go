@@ -91,10 +91,10 @@ func (d *fdDisk) readAt(p []byte, off int64) error {
 	if err != nil {
 		return err
 	}
-	start := d.stats.now()
+	start := d.stats.begin()
 	err = preadFull(fd, p, off)
 	d.mu.RUnlock()
-	d.stats.read.done(int64(len(p)), d.stats.since(start), err)
+	d.stats.end(&d.stats.read, int64(len(p)), start, err)
 	if err != nil {
 		return fmt.Errorf("reading %d bytes at offset %d of %s: %w", len(p), off, d.name, err)
 	}
@@ -115,7 +115,7 @@ func (d *fdDisk) readAtNoWait(p []byte, off int64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	start := d.stats.now()
+	start := d.stats.begin()
 	iov := [1]unix.Iovec{{Base: unsafe.SliceData(p)}}
 	iov[0].SetLen(len(p))
 	var n int
@@ -128,17 +128,20 @@ func (d *fdDisk) readAtNoWait(p []byte, off int64) (bool, error) {
 	d.mu.RUnlock()
 	switch {
 	case err == unix.EAGAIN:
+		d.stats.abandon()
 		return false, nil
 	case err == unix.EOPNOTSUPP || err == unix.ENOSYS || err == unix.EINVAL:
 		d.noNowait.Store(true)
+		d.stats.abandon()
 		return false, nil
 	case err != nil:
-		d.stats.read.done(int64(len(p)), d.stats.since(start), err)
+		d.stats.end(&d.stats.read, int64(len(p)), start, err)
 		return false, fmt.Errorf("reading %d bytes at offset %d of %s: %w", len(p), off, d.name, err)
 	case n < len(p):
+		d.stats.abandon()
 		return false, nil // partly cached: ReadAt finishes it
 	}
-	d.stats.read.done(int64(len(p)), d.stats.since(start), nil)
+	d.stats.end(&d.stats.read, int64(len(p)), start, nil)
 	return true, nil
 }
 
@@ -154,10 +157,10 @@ func (d *fdDisk) readvAt(bufs [][]byte, off int64) error {
 	if err != nil {
 		return err
 	}
-	start := d.stats.now()
+	start := d.stats.begin()
 	err = preadvFull(fd, bufs, off)
 	d.mu.RUnlock()
-	d.stats.read.done(n, d.stats.since(start), err)
+	d.stats.end(&d.stats.read, n, start, err)
 	if err != nil {
 		return fmt.Errorf("reading %d bytes in %d buffers at offset %d of %s: %w", n, len(bufs), off, d.name, err)
 	}
@@ -175,7 +178,7 @@ func (d *fdDisk) writeAt(p []byte, off int64, flags WriteFlags) error {
 	if err != nil {
 		return err
 	}
-	start := d.stats.now()
+	start := d.stats.begin()
 	err = d.pwrite(fd, p, nil, off, flags)
 	d.mu.RUnlock()
 	d.doneWrite(int64(len(p)), start, flags, err)
@@ -197,7 +200,7 @@ func (d *fdDisk) writevAt(bufs [][]byte, off int64, flags WriteFlags) error {
 	if err != nil {
 		return err
 	}
-	start := d.stats.now()
+	start := d.stats.begin()
 	err = d.pwrite(fd, nil, bufs, off, flags)
 	d.mu.RUnlock()
 	d.doneWrite(n, start, flags, err)
@@ -211,7 +214,7 @@ func (d *fdDisk) doneWrite(n int64, start time.Duration, flags WriteFlags, err e
 	if flags&FUA != 0 {
 		d.stats.fua.Add(1)
 	}
-	d.stats.write.done(n, d.stats.since(start), err)
+	d.stats.end(&d.stats.write, n, start, err)
 }
 
 // pwrite writes p, or bufs when p is nil. A FUA write uses pwritev2 with
@@ -247,10 +250,10 @@ func (d *fdDisk) flush() error {
 	if err != nil {
 		return err
 	}
-	start := d.stats.now()
+	start := d.stats.begin()
 	err = fdatasync(fd)
 	d.mu.RUnlock()
-	d.stats.flush.done(0, d.stats.since(start), err)
+	d.stats.end(&d.stats.flush, 0, start, err)
 	if err != nil {
 		return fmt.Errorf("flushing %s: %w", d.name, err)
 	}
@@ -271,13 +274,13 @@ func (d *fdDisk) zeroRange(op Op, off, length int64, flags WriteFlags, zero func
 	if err != nil {
 		return err
 	}
-	start := d.stats.now()
+	start := d.stats.begin()
 	err = zero(fd, off, length)
 	if err == nil && flags&FUA != 0 {
 		err = fdatasync(fd)
 	}
 	d.mu.RUnlock()
-	d.stats.op(op).done(length, d.stats.since(start), err)
+	d.stats.end(d.stats.op(op), length, start, err)
 	if err != nil {
 		return fmt.Errorf("%s of %d bytes at offset %d of %s: %w", op, length, off, d.name, err)
 	}
