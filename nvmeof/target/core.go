@@ -89,6 +89,10 @@ type request struct {
 	sqhd   uint16
 	nsid   uint32
 	lba    uint64
+	// ns is the namespace of an I/O command, found when it begins (as
+	// nvmet_req_find_ns does): the command counts in its in-flight
+	// commands until respond.
+	ns *Namespace
 	// ioLen is the bytes a Read or Write moves (for the queue's
 	// counters; 0 for other commands).
 	ioLen int
@@ -191,7 +195,7 @@ func (q *sq) received() {
 func (q *sq) begin(r *request) bool {
 	r.status, r.result, r.errLoc, r.outLen = nvmeof.StatusSuccess, 0, nvmeof.ParamErrorLocationNone, 0
 	r.xfer, r.xferLen, r.views, r.dir, r.nsid, r.lba, r.nseg = nil, 0, false, nvmeof.DirNone, 0, 0, 0
-	r.onWorker, r.wantWorker, r.ioLen = false, false, 0
+	r.onWorker, r.wantWorker, r.ioLen, r.ns = false, false, 0, nil
 	r.sqhd = q.sqhd
 	if q.sqflow {
 		r.sqhd = nvmeof.SQHeadDisabled
@@ -229,6 +233,13 @@ func (q *sq) begin(r *request) bool {
 	}
 	if c != nil {
 		c.traffic()
+	}
+	if q.qid != 0 && !isFabrics(kind) {
+		// c is set: an I/O command without a controller failed above.
+		if n := c.sub.namespace(r.nsid); n != nil {
+			r.ns = n
+			n.st.inflight.Add(1)
+		}
 	}
 	r.dir = sqe.Direction()
 	return true
@@ -273,6 +284,13 @@ func (q *sq) respond(r *request) error {
 		if c := q.controller(); c != nil {
 			c.logError(q.qid, nvmeof.SQE(r.sqe[:]).CID(), r.status, r.errLoc, r.lba, r.nsid, q.tr.trType())
 		}
+		if r.ns != nil {
+			r.ns.st.errors[r.status.SCT()].Add(1)
+		}
+	}
+	if r.ns != nil {
+		r.ns.st.inflight.Add(-1)
+		r.ns = nil
 	}
 	if q.qid != 0 && !nvmeof.SQE(r.sqe[:]).IsFabrics() {
 		q.stats.commands.Add(1)
@@ -338,7 +356,7 @@ func (q *sq) offload(r *request) bool {
 		if !block {
 			return false
 		}
-	} else if n := c.sub.namespace(r.nsid); n == nil || !mayBlock(n.cfg.Disk, r.kind) {
+	} else if r.ns == nil || !mayBlock(r.ns.cfg.Disk, r.kind) {
 		return false
 	}
 	q.toWorker(r)
@@ -395,3 +413,14 @@ func (q *sq) shutdown(reason string) {
 
 // close waits for the queue's workers once its connection ended.
 func (q *sq) close() { q.pool.Close() }
+
+// abandon forgets a request that began and will never be answered, its
+// queue's connection gone (a write whose data never came): it no longer
+// counts in its namespace's commands in flight. Called once the queue's
+// workers are done.
+func (r *request) abandon() {
+	if r.ns != nil {
+		r.ns.st.inflight.Add(-1)
+		r.ns = nil
+	}
+}

@@ -14,7 +14,7 @@ func (c *controller) io(q *sq, r *request, sqe nvmeof.SQE) {
 		c.flushAll()
 		return
 	}
-	n := c.sub.namespace(r.nsid)
+	n := r.ns // found by begin
 	if n == nil {
 		r.status, r.errLoc = nvmeof.StatusInvalidNamespace.WithDNR(), nvmeof.OffsetNSID
 		return

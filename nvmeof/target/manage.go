@@ -187,6 +187,57 @@ func (s *Subsystem) Namespaces() []NamespaceInfo {
 	return out
 }
 
+// NamespaceStats are a namespace's I/O counters.
+type NamespaceStats struct {
+	NSID uint32
+	// InFlight counts the I/O commands on the namespace received and not
+	// yet completed: from the capsule's arrival to the completion handed
+	// to the transport (a write's data transfer and its time on a disk
+	// worker included).
+	InFlight int64
+	// Errors counts the completions of I/O commands on the namespace with
+	// an error status, by status code type (NVMe Base section 4.2.3.1):
+	// "generic" (Invalid Field, Data Transfer Error, Internal...),
+	// "command_specific" (Invalid Format, Conflicting Attributes...),
+	// "media" (Write Fault, Unrecovered Read Error, Compare Failure, LBA
+	// Out of Range...), "path" and "vendor"; every key is present. A
+	// command naming no namespace (Invalid Namespace) counts in none.
+	Errors map[string]uint64
+}
+
+// sctNames names the status code types NamespaceStats reports (the
+// reserved types 4 to 6 are never used).
+var sctNames = [...]struct {
+	sct  nvmeof.StatusCodeType
+	name string
+}{
+	{nvmeof.SCTGeneric, "generic"}, {nvmeof.SCTCommandSpecific, "command_specific"},
+	{nvmeof.SCTMediaError, "media"}, {nvmeof.SCTPathError, "path"}, {nvmeof.SCTVendorSpecific, "vendor"},
+}
+
+// NamespaceStats returns the counters of the namespaces, disabled ones
+// included, sorted by NSID. A namespace replaced through AddNamespace with
+// the same NSID keeps its counters; one removed and added again starts
+// from zero.
+func (s *Subsystem) NamespaceStats() []NamespaceStats {
+	s.mu.RLock()
+	ns := make([]*Namespace, 0, len(s.ns))
+	for _, n := range s.ns {
+		ns = append(ns, n)
+	}
+	s.mu.RUnlock()
+	out := make([]NamespaceStats, 0, len(ns))
+	for _, n := range ns {
+		st := NamespaceStats{NSID: n.cfg.NSID, InFlight: n.st.inflight.Load(), Errors: make(map[string]uint64, len(sctNames))}
+		for _, c := range sctNames {
+			st.Errors[c.name] = n.st.errors[c.sct].Load()
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b NamespaceStats) int { return cmp.Compare(a.NSID, b.NSID) })
+	return out
+}
+
 // DeleteController disconnects every queue of controller cntlid of
 // subsystem subNQN (nvmeof.DiscoveryNQN for a discovery controller) and
 // frees its ID, as nvmet does on a fatal error or a keep-alive timeout:

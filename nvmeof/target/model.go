@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/nvmeof"
@@ -103,6 +104,20 @@ type Namespace struct {
 	cfg   NamespaceConfig
 	nsze  uint64 // in blocks
 	lbads uint8
+	st    *nsStats
+}
+
+// nsStats are a namespace's counters (Subsystem.NamespaceStats), shared by
+// the copies NamespaceResized makes and kept when AddNamespace replaces
+// the namespace. Every I/O command on the namespace adds to inflight when
+// it begins and subtracts when it completes, from the goroutines of every
+// queue of every controller: it sits on a cache line of its own. errors
+// count error completions by status code type, touched only by them.
+type nsStats struct {
+	_        [64]byte
+	inflight atomic.Int64
+	_        [64 - 8]byte
+	errors   [8]atomic.Uint64 // by nvmeof.StatusCodeType
 }
 
 // Subsystem is a live NVM subsystem. Its methods are safe for concurrent use.
@@ -203,6 +218,11 @@ func (s *Subsystem) AddNamespace(cfg NamespaceConfig) error {
 	}
 	n := &Namespace{cfg: cfg, nsze: uint64(cfg.Disk.Size()) / uint64(bs), lbads: lbads}
 	s.mu.Lock()
+	if old := s.ns[cfg.NSID]; old != nil {
+		n.st = old.st // the counters go on (its commands in flight among them)
+	} else {
+		n.st = &nsStats{}
+	}
 	s.ns[cfg.NSID] = n
 	ctrls := s.controllersLocked()
 	s.mu.Unlock()

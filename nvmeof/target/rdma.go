@@ -148,6 +148,9 @@ func (p *Port) newRDMAQueue(f nvmeof.CMRequestFields) (*rdmaQueue, error) {
 // may still post), then the RDMA resources.
 func (q *rdmaQueue) close() {
 	q.sq.close()
+	for i := range q.tq.Slots() {
+		q.tq.Slot(i).R.abandon()
+	}
 	q.tq.Close()
 }
 

@@ -644,6 +644,9 @@ func (q *tcpQueue) end(reason string) {
 	}
 	q.sq.shutdown(reason)
 	q.sq.close()
+	for i := range q.slots {
+		q.slots[i].abandon()
+	}
 	q.p.t.removeQueue(q.sq)
 	if q.hooked {
 		q.p.t.hook(-1)
