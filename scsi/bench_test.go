@@ -49,3 +49,23 @@ func BenchmarkExecute(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkExecuteCheckCondition measures a command that fails with sense
+// data (a READ beyond the capacity), which the LU's error counters count.
+func BenchmarkExecuteCheckCondition(b *testing.B) {
+	f := newFixture(b, newMem(b, 1<<16, 512), LUConfig{})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		buf := make([]byte, 4096)
+		sense := make([]byte, SenseBufferLen)
+		oob := rw10(OpRead10, 1<<16, 8, 0)
+		var c Command
+		for pb.Next() {
+			c = Command{CDB: oob, ExpectedLength: 4096, Dir: DirIn, DataIn: buf, Sense: sense}
+			f.s1.Execute(&c)
+			if c.Status != StatusCheckCondition {
+				b.Fatal(c.Status)
+			}
+		}
+	})
+}

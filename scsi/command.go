@@ -169,6 +169,9 @@ type Command struct {
 	abort atomic.Uint32
 	// ro: the command came through a read-only mapping of a LUNView.
 	ro bool
+	// senseKey is the sense key of a CHECK CONDITION (for the LU's
+	// error counters: Sense may be too short to hold it).
+	senseKey SenseKey
 	// need is the number of bytes the command itself would transfer;
 	// xfer the number it did.
 	need uint64
@@ -238,6 +241,7 @@ func (c *Command) fail(s senseInfo) {
 
 func (c *Command) failFormat(s senseInfo, desc bool) {
 	c.Status = StatusCheckCondition
+	c.senseKey = s.key
 	c.SenseLen = encodeSense(c.Sense, s, desc)
 	c.DataInLen = 0
 	c.xfer = 0

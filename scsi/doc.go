@@ -94,6 +94,14 @@
 // COMMAND OPERATION CODE, ErrClosed to NOT READY, other errors to MEDIUM
 // ERROR (UNRECOVERED READ ERROR or WRITE ERROR) with the LBA in INFORMATION.
 //
+// # Error counters
+//
+// Each LU counts the commands it completes with a status other than GOOD:
+// CHECK CONDITION by sense key, RESERVATION CONFLICT, BUSY and TASK SET
+// FULL by status (LU.ErrorStats, for metrics). The counters are fixed
+// arrays of atomics touched only by those completions; a GOOD command pays
+// one comparison.
+//
 // # Concurrency
 //
 // Target, LU and Session methods are safe for concurrent use. The package

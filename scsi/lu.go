@@ -99,6 +99,8 @@ type LU struct {
 	ranges rangeLocks
 	pr     prState
 	bufs   scratchPool
+
+	errs luErrors // completions other than GOOD (ErrorStats)
 }
 
 // Current mode parameter bits.

@@ -321,6 +321,9 @@ func (s *Session) Execute(c *Command) {
 		if e := s.lookup(c.LUN); e != nil {
 			c.ro = e.ro
 			e.lu.execute(s, c)
+			if c.Status != StatusGood {
+				e.lu.countError(c)
+			}
 		} else {
 			s.noLU(c)
 		}
