@@ -46,6 +46,12 @@ type Daemon struct {
 	pending  map[string]bool // names being connected
 	closed   bool
 	idle     chan struct{} // signalled when the last session goes
+	// connected is signalled each time a Connect ends (Shutdown waits
+	// for those in progress).
+	connected chan struct{}
+	// ctl are the control listeners ServeControl serves (Shutdown closes
+	// them).
+	ctl map[*net.UnixListener]struct{}
 }
 
 type entry struct {
@@ -58,8 +64,9 @@ type entry struct {
 	sockets  []string // unix socket files to remove
 	serving  sync.WaitGroup
 	fuse     *fusefile.Mount
-	fuseDir  string // the FUSE mount's directory, cleaned
-	closing  bool   // a Disconnect is running
+	fuseDir  string        // the FUSE mount's directory, cleaned
+	closing  bool          // a Disconnect or Shutdown is running
+	settled  chan struct{} // closed when that Disconnect or Shutdown ends
 }
 
 // isMountPoint tells whether dir is a mount point (in /proc/self/mountinfo).
@@ -87,7 +94,8 @@ func NewDaemon(cfg DaemonConfig) *Daemon {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Daemon{cfg: cfg, log: cfg.Logger, sessions: map[string]*entry{}, pending: map[string]bool{}, idle: make(chan struct{}, 1)}
+	return &Daemon{cfg: cfg, log: cfg.Logger, sessions: map[string]*entry{}, pending: map[string]bool{}, idle: make(chan struct{}, 1),
+		connected: make(chan struct{}, 1), ctl: map[*net.UnixListener]struct{}{}}
 }
 
 // Idle receives a value each time the last session is disconnected.
@@ -149,6 +157,10 @@ func (d *Daemon) Connect(ctx context.Context, spec ConnectSpec) (SessionInfo, er
 		// an --exit-when-idle daemon so it does not linger.
 		idle := d.sessions[name] == nil && len(d.sessions) == 0 && len(d.pending) == 0
 		d.mu.Unlock()
+		select {
+		case d.connected <- struct{}{}:
+		default:
+		}
 		if idle {
 			select {
 			case d.idle <- struct{}{}:
@@ -188,7 +200,7 @@ func (d *Daemon) Connect(ctx context.Context, spec ConnectSpec) (SessionInfo, er
 		d.teardown(e, true)
 		return SessionInfo{}, errors.New("the daemon is shutting down")
 	}
-	d.log.Info("daemon: session connected", "session", name, "url", spec.URL, "size", sess.Info().Size, "exports", e.exports())
+	d.log.Info("daemon: session connected", "session", name, "url", spec.URL, "reason", "connect requested", "size", sess.Info().Size, "exports", e.exports())
 	return d.info(e), nil
 }
 
@@ -274,6 +286,19 @@ func removeStaleSocket(path string) error {
 // teardown stops a session's exports and closes it. Without force a busy
 // FUSE mount makes it fail before anything is stopped.
 func (d *Daemon) teardown(e *entry, force bool) error {
+	if err := d.unmount(e, force); err != nil {
+		return err
+	}
+	if e.nbd != nil {
+		e.nbd.Close()
+	}
+	return d.closeSession(e)
+}
+
+// unmount unmounts the session's FUSE file system, if any. Without force a
+// busy mount fails with fusefile.ErrBusy; with it, a busy mount is detached
+// lazily (its users keep it until they let go).
+func (d *Daemon) unmount(e *entry, force bool) error {
 	if e.fuse != nil {
 		if err := e.fuse.Unmount(force); err != nil {
 			if errors.Is(err, fusefile.ErrBusy) {
@@ -285,9 +310,13 @@ func (d *Daemon) teardown(e *entry, force bool) error {
 			}
 		}
 	}
-	if e.nbd != nil {
-		e.nbd.Close()
-	}
+	return nil
+}
+
+// closeSession closes the session, once its exports stopped taking
+// requests: requests still in flight fail, and the NBD connections, which
+// wait for theirs, end.
+func (d *Daemon) closeSession(e *entry) error {
 	err := e.sess.Close()
 	if e.nbd != nil {
 		e.nbd.Wait()
@@ -301,6 +330,10 @@ func (d *Daemon) teardown(e *entry, force bool) error {
 
 // Disconnect removes a session: its exports stop, then the session closes.
 func (d *Daemon) Disconnect(name string, force bool) (SessionInfo, error) {
+	return d.disconnect(name, force, "disconnect requested")
+}
+
+func (d *Daemon) disconnect(name string, force bool, reason string) (SessionInfo, error) {
 	d.mu.Lock()
 	e := d.sessions[name]
 	if e != nil && e.closing {
@@ -308,7 +341,7 @@ func (d *Daemon) Disconnect(name string, force bool) (SessionInfo, error) {
 		return SessionInfo{}, fmt.Errorf("session %q is being disconnected", name)
 	}
 	if e != nil {
-		e.closing = true
+		d.claim(e)
 	}
 	d.mu.Unlock()
 	if e == nil {
@@ -317,34 +350,58 @@ func (d *Daemon) Disconnect(name string, force bool) (SessionInfo, error) {
 	info := d.info(e)
 	if err := d.teardown(e, force); errors.Is(err, fusefile.ErrBusy) {
 		d.mu.Lock()
-		e.closing = false
+		d.unclaim(e)
 		d.mu.Unlock()
 		return SessionInfo{}, err
 	} else if err != nil {
 		d.log.Warn("daemon: closing session", "session", name, "err", err)
 	}
+	d.remove(e, reason)
+	info.State = StateClosed.String()
+	return info, nil
+}
+
+// claim marks e as being disconnected (d.mu held).
+func (d *Daemon) claim(e *entry) {
+	e.closing = true
+	e.settled = make(chan struct{})
+}
+
+// unclaim gives e back after a disconnect that did not happen (d.mu held).
+func (d *Daemon) unclaim(e *entry) {
+	e.closing = false
+	close(e.settled)
+	e.settled = nil
+}
+
+// remove forgets the disconnected session e, logs it, and signals Idle
+// when it was the last.
+func (d *Daemon) remove(e *entry, reason string) {
 	d.mu.Lock()
-	delete(d.sessions, name)
+	delete(d.sessions, e.name)
+	close(e.settled)
 	last := len(d.sessions) == 0
 	d.mu.Unlock()
-	d.log.Info("daemon: session disconnected", "session", name)
+	d.log.Info("daemon: session disconnected", "session", e.name, "url", e.sess.URL(), "reason", reason)
 	if last {
 		select {
 		case d.idle <- struct{}{}:
 		default:
 		}
 	}
-	info.State = StateClosed.String()
-	return info, nil
 }
 
 // DisconnectAll removes every session; it goes on past failures and
 // returns the first.
 func (d *Daemon) DisconnectAll(force bool) ([]SessionInfo, error) {
+	return d.disconnectAll(force, "disconnect requested")
+}
+
+func (d *Daemon) disconnectAll(force bool, reason string) ([]SessionInfo, error) {
 	var out []SessionInfo
 	var first error
 	for _, name := range d.names() {
-		info, err := d.Disconnect(name, force)
+		info, err := d.disconnect(name, force, reason)
 		if err != nil {
 			if first == nil {
 				first = err
@@ -428,7 +485,7 @@ func (d *Daemon) Close() error {
 	d.mu.Lock()
 	d.closed = true
 	d.mu.Unlock()
-	_, err := d.DisconnectAll(true)
+	_, err := d.disconnectAll(true, "daemon closing")
 	return err
 }
 
@@ -468,7 +525,23 @@ func (d *Daemon) Handle(ctx context.Context, req *Request) *Response {
 // ServeControl answers control requests on l until ctx is done or l is
 // closed. Each connection carries one request; peers other than root (or
 // the daemon's user) are refused.
+//
+// Shutdown closes l (then ServeControl returns nil once the requests being
+// answered are); after Shutdown, ServeControl closes l at once.
 func (d *Daemon) ServeControl(ctx context.Context, l *net.UnixListener) error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		l.Close()
+		return nil
+	}
+	d.ctl[l] = struct{}{}
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.ctl, l)
+		d.mu.Unlock()
+	}()
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
 	var wg sync.WaitGroup

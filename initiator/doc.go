@@ -33,4 +33,18 @@
 // friends talk to it over a unix socket (ListenControl makes it 0600 in a
 // 0700 directory, and the daemon checks SO_PEERCRED): one JSON Request line
 // in, one JSON Response line out, per connection.
+//
+// # Metrics and stopping
+//
+// Daemon.SessionStats reads each session's counters (requests and bytes
+// completed, errors, reconnects, I/Os waiting for a lost connection) for a
+// metrics scrape; the I/O path only adds to atomics. Sessions log one line
+// when connected, lost, reconnected, given up and disconnected, with the
+// URL and the reason, and none per I/O (but the first ten I/O errors).
+//
+// Daemon.Shutdown stops gracefully: no more control requests, then for
+// each session its exports stop, the requests in flight complete, the
+// remote device is flushed and the session disconnects; a *ShutdownError
+// names the sessions that did not stop cleanly (a failed flush, a context
+// that ended first). Daemon.Close is the forced stop.
 package initiator

@@ -261,6 +261,15 @@ func (s *Session) Stats() Stats {
 	}
 }
 
+// Waiting returns the number of requests queued for a new connection (the
+// connection was lost, or the request is about to be resubmitted on the
+// new one).
+func (s *Session) Waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.parked)
+}
+
 // Submit implements blockdev.Device. It blocks while the session has
 // Queues*QueueDepth requests in flight. While reconnecting it queues the
 // request (and returns nil); once the session failed it returns the
@@ -521,7 +530,7 @@ func (s *Session) reconnect(l *link) {
 	s.cur.Store(nil)
 	cause := s.lastErr
 	s.mu.Unlock()
-	s.log.Warn("session: connection lost; reconnecting", "url", s.cfg.URL, "err", cause, "loss-timeout", s.cfg.LossTimeout)
+	s.log.Warn("session: connection lost; reconnecting", "url", s.cfg.URL, "reason", cause, "loss-timeout", s.cfg.LossTimeout)
 	if l != nil {
 		l.dev.Close()
 	}
