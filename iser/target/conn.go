@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdisk/rdisk/internal/workers"
@@ -133,6 +134,9 @@ type conn struct {
 	held     map[uint32]*task
 	win      iser.CmdWindow
 	closing  bool
+	// frozen stops crediting the command window (Drain): MaxCmdSN stays,
+	// so the initiator sends no command beyond those it may already.
+	frozen bool
 
 	pool     *workers.Pool[*task] // runs commands on disks that may block
 	inlineQ  []*task              // tasks the receive loop runs itself (disks that never block)
@@ -140,6 +144,7 @@ type conn struct {
 	dropOnce sync.Once
 	done     chan struct{} // closed when the connection has ended
 	tmfWG    sync.WaitGroup
+	end      atomic.Uint32 // endReason of the session, first cause wins (setEnd)
 }
 
 // extraSlots are slots beyond the command window for immediate commands.
@@ -176,9 +181,10 @@ func newConn(t *Target, ls iser.Session, x transport, log *slog.Logger) *conn {
 	return c
 }
 
-// stop ends the full feature phase after the connection closed: pending
-// tasks are dropped, TMFs and workers finish, the session closes.
-func (c *conn) stop() {
+// stop ends the full feature phase after the connection closed (err is
+// why): pending tasks are dropped, TMFs and workers finish, the session
+// closes.
+func (c *conn) stop(err error) {
 	c.mu.Lock()
 	c.closing = true
 	for i := range c.tasks {
@@ -201,6 +207,7 @@ func (c *conn) stop() {
 	c.pool.Close()
 	c.tmfWG.Wait()
 	if c.sess != nil {
+		c.t.sessionEnded(c, err)
 		c.sess.close()
 	}
 	close(c.done)
@@ -249,10 +256,25 @@ func (c *conn) release(tk *task) {
 func (c *conn) creditLocked(tk *task) {
 	if !tk.credit {
 		tk.credit = true
-		if !tk.imm {
+		if !tk.imm && !c.frozen {
 			c.win.Credit(1)
 		}
 	}
+}
+
+// freeze stops crediting the command window (Drain).
+func (c *conn) freeze() {
+	c.mu.Lock()
+	c.frozen = true
+	c.mu.Unlock()
+}
+
+// inflight is the number of commands the connection holds a slot for:
+// received and not yet answered (a slot frees once its response is sent).
+func (c *conn) inflight() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.tasks) - len(c.free)
 }
 
 // stamp fills StatSN, ExpCmdSN and MaxCmdSN of a target PDU header.
@@ -286,7 +308,9 @@ func (c *conn) consumeSN(cmdSN uint32, immediate bool) bool {
 	}
 	if cmdSN == c.win.ExpCmdSN {
 		c.win.Advance()
-		c.win.Credit(1)
+		if !c.frozen {
+			c.win.Credit(1)
+		}
 		c.releaseHeldLocked()
 	}
 	return true
@@ -667,6 +691,10 @@ func (c *conn) onLogout(p iser.PDU) {
 	} else if req.Reason() == iser.LogoutCloseConnection && req.CID() != c.cid() {
 		resp = iser.LogoutCIDNotFound
 	}
+	if resp == iser.LogoutSuccess {
+		c.setEnd(endLogout)
+		c.t.stats.logout.Add(1)
+	}
 	r := &ctl{advance: true, close: resp == iser.LogoutSuccess}
 	iser.LogoutResponse(r.hdr[:]).Encode(&iser.LogoutResponseFields{Response: resp, ITT: p.BHS.ITT()})
 	c.x.send(r)
@@ -678,13 +706,18 @@ func (c *conn) cid() uint16 { return c.connID }
 func (c *conn) localAddr() net.Addr { return c.x.localAddr() }
 
 // sendAsync sends an Asynchronous Message; one announcing that the target
-// drops the connection drops it once sent.
-func (c *conn) sendAsync(ev iser.AsyncEvent) {
+// drops the connection drops it once sent. within is the time a "target
+// requests logout" gives the initiator (Parameter3, in seconds: at least
+// one, logoutGrace when 0).
+func (c *conn) sendAsync(ev iser.AsyncEvent, within time.Duration) {
 	r := &ctl{advance: true, close: ev == iser.AsyncDroppingConnection || ev == iser.AsyncDroppingAllConnections}
 	f := iser.AsyncMessageFields{Event: ev}
 	switch ev {
 	case iser.AsyncRequestLogout:
-		f.Parameter3 = 2 // seconds to log out in
+		if within <= 0 {
+			within = logoutGrace
+		}
+		f.Parameter3 = uint16(min(max((within+time.Second-1)/time.Second, 1), 3600))
 	case iser.AsyncDroppingConnection, iser.AsyncDroppingAllConnections:
 		f.Parameter2, f.Parameter3 = 2, 20 // Time2Wait, Time2Retain
 	}
@@ -705,7 +738,11 @@ func (c *conn) onTMF(p iser.PDU) {
 		defer c.tmfWG.Done()
 		resp := c.tmf(f)
 		// A cold reset ends the connection once its response is sent.
-		r := &ctl{advance: true, close: f.Function == iser.TMFTargetColdReset && resp == iser.TMFComplete}
+		cold := f.Function == iser.TMFTargetColdReset && resp == iser.TMFComplete
+		if cold {
+			c.setEnd(endReset)
+		}
+		r := &ctl{advance: true, close: cold}
 		iser.TaskMgmtResponse(r.hdr[:]).Encode(&iser.TaskMgmtResponseFields{Response: resp, ITT: f.ITT})
 		c.x.send(r)
 	}()

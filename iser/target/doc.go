@@ -17,7 +17,8 @@
 //	ln, _ := net.Listen("tcp", "127.0.0.1:3260")
 //	go t.Serve(ctx, ln) // or t.ListenAndServe(ctx, "127.0.0.1:3260")
 //	...
-//	t.Close() // announces the drop (Async Message), ends every session
+//	t.Drain(ctx) // optional: sessions finish their commands and log out
+//	t.Close()    // announces the drop (Async Message), ends every session
 //
 // # Portal
 //
@@ -97,6 +98,23 @@
 // change the access control of new logins; SetACLs changes the ACL entries
 // of new logins and the LUN maps of running sessions (their views swap,
 // with a REPORTED LUNS DATA HAS CHANGED unit attention).
+//
+// # Metrics, logs and drain
+//
+// Stats returns counters for a metrics collector (connections by
+// transport, logins, logins refused and sessions ended by reason, from
+// fixed documented sets, and the sessions live); they move once per
+// connection, login or session, never per command. The logger gets a
+// connection accepted (debug), each session opened and ended (info, with
+// the keys target, initiator, isid, tsih, transport, peer, reason) and
+// each refused login (warning, with the peer, the initiator and the
+// reason).
+//
+// Drain takes the portal out of service: listeners close, logins are
+// refused with 03/01 "service unavailable", command windows stop
+// opening, and each session whose commands in flight have completed is
+// asked to log out (Async Message "target requests logout"); what is left
+// when its context ends is dropped and named in its error.
 //
 // # Concurrency
 //

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdisk/rdisk/iser"
@@ -41,9 +42,17 @@ type iserConn struct {
 	sendInv bool
 
 	// Login phase (the queue's goroutine).
-	tl    *iser.TargetLogin
-	tsih  uint16
-	timer *time.Timer
+	tl       *iser.TargetLogin
+	tsih     uint16
+	timer    *time.Timer
+	timedOut atomic.Bool // the login timer fired
+	npdus    int         // Login Requests received
+	// refused is the error of a login the engine refused (its response
+	// carries the status); failed, when not refused, why the login
+	// phase ended otherwise (failErr).
+	refused error
+	failed  rejectReason
+	failErr error
 
 	smu      sync.Mutex // StatSN order and posting
 	ffc      *conn      // x.c for control PDUs: set once the session is open
@@ -61,7 +70,7 @@ const errLoginFailed = errorString("login failed")
 
 // serveISER runs an iSER connection from its connection request to its end.
 func (t *Target) serveISER(req rdma.ConnRequest) {
-	log := t.log.With("peer", req.RemoteAddr().String(), "transport", "iser")
+	log := t.log.With("peer", req.RemoteAddr().String(), "transport", transportNames[transISER])
 	cm, _ := iser.ParseISERCM(req.PrivateData())
 	acc, sendInv := iser.AcceptFor(cm, !t.cfg.NoSendWithInvalidate)
 	x := &iserConn{t: t, req: req, log: log, sendInv: sendInv}
@@ -108,17 +117,41 @@ func (t *Target) serveISER(req rdma.ConnRequest) {
 		return
 	}
 	defer t.untrack(x)
+	t.accepted(log, transISER)
 	// The login must be done in time; full feature phase has no deadline.
-	x.timer = time.AfterFunc(t.cfg.LoginTimeout, func() { x.shut() })
+	x.timer = time.AfterFunc(t.cfg.LoginTimeout, func() {
+		x.timedOut.Store(true)
+		x.shut()
+	})
 	err = q.Run(t.ctx)
 	x.timer.Stop()
 	x.shut()
 	if x.c == nil {
-		log.Info("iser: login failed", "err", err)
+		x.loginEnded(err)
 		return
 	}
-	x.c.stop()
-	x.c.log.Info("iser: session ended", "reason", err)
+	x.c.stop(err)
+}
+
+// loginEnded counts and logs a login phase that opened no session; err is
+// what ended the queue.
+func (x *iserConn) loginEnded(err error) {
+	t := x.t
+	id := x.tl.Identity()
+	switch {
+	case x.refused != nil:
+		t.loginRefused(x.log, id, rejectOf(x.refused), x.refused)
+	case x.failErr != nil:
+		t.loginRefused(x.log, id, x.failed, x.failErr)
+	case x.npdus == 0:
+		x.log.Debug("iscsi: connection closed before login", "err", err)
+	case t.ctx.Err() != nil || t.draining.Load():
+		t.loginRefused(x.log, id, rejShuttingDown, err)
+	case x.timedOut.Load():
+		t.loginRefused(x.log, id, rejTimeout, fmt.Errorf("no login within %v", t.cfg.LoginTimeout))
+	default:
+		t.loginRefused(x.log, id, rejAborted, err)
+	}
 }
 
 // Recv implements rdmaq.TargetHandler: a PDU (its receive buffer is
@@ -127,15 +160,15 @@ func (x *iserConn) Recv(m rdmaq.Msg) error {
 	b := m.Head
 	if iser.ISEROpcode(b) == iser.ISEROpcodeHello {
 		// Linux never sends Hello, and RFC 7145 makes it optional.
-		return errors.New("iSER Hello is not supported")
+		return x.protocolError(errors.New("iSER Hello is not supported"))
 	}
 	ih, err := iser.ParseISERHeader(b)
 	if err != nil {
-		return fmt.Errorf("bad iSER header: %w", err)
+		return x.protocolError(fmt.Errorf("bad iSER header: %w", err))
 	}
 	p, err := iser.ParsePDU(b[iserHdr:], iserRecvData)
 	if err != nil {
-		return fmt.Errorf("bad PDU: %w", err)
+		return x.protocolError(fmt.Errorf("bad PDU: %w", err))
 	}
 	c := x.c
 	if c == nil {
@@ -146,17 +179,29 @@ func (x *iserConn) Recv(m rdmaq.Msg) error {
 	return nil
 }
 
+// protocolError records that the connection ends for a protocol error of
+// the initiator's, and returns err.
+func (x *iserConn) protocolError(err error) error {
+	if x.c != nil {
+		x.c.setEnd(endProtocol)
+	} else if x.failErr == nil {
+		x.failed, x.failErr = rejBadRequest, err
+	}
+	return err
+}
+
 // loginStep answers one Login Request from a control buffer. Once the
 // login is done it opens the session and starts full feature phase; a
 // failed login ends the connection after its response was sent.
 func (x *iserConn) loginStep(p iser.PDU) error {
+	x.npdus++
 	if p.BHS.Opcode() != iser.OpLoginRequest {
-		return fmt.Errorf("%v PDU during login", p.BHS.Opcode())
+		return x.protocolError(fmt.Errorf("%v PDU during login", p.BHS.Opcode()))
 	}
 	x.smu.Lock()
 	if len(x.ctlFree) == 0 {
 		x.smu.Unlock()
-		return errors.New("a Login Request before the previous Login Response was sent")
+		return x.protocolError(errors.New("a Login Request before the previous Login Response was sent"))
 	}
 	i := x.ctlFree[len(x.ctlFree)-1]
 	x.ctlFree = x.ctlFree[:len(x.ctlFree)-1]
@@ -169,25 +214,25 @@ func (x *iserConn) loginStep(p iser.PDU) error {
 	x.smu.Lock()
 	x.ctlClose[i] = st == iser.LoginFailed
 	x.smu.Unlock()
+	if st == iser.LoginFailed {
+		x.refused = lerr // logged when the connection has ended
+	}
 	if err := x.q.SendCtl(i, iserHdr+iser.BHSSize+iser.PaddedLength(n), 0); err != nil {
 		return err
 	}
-	switch st {
-	case iser.LoginFailed:
-		x.log.Info("iser: login refused", "err", lerr)
-	case iser.LoginDone:
+	if st == iser.LoginDone {
 		x.timer.Stop()
 		ls, _ := x.tl.Session()
 		id := x.tl.Identity()
-		log := x.log.With("initiator", id.InitiatorName, "tsih", ls.TSIH)
 		x.smu.Lock()
 		x.statSN = ls.StatSN
 		x.smu.Unlock()
-		c := newConn(x.t, ls, x, log)
+		c := newConn(x.t, ls, x, connLog(x.log, ls, id))
 		c.connID = ls.CID
 		s, err := x.t.openSession(ls, id, c)
 		if err != nil {
-			log.Warn("iser: opening the session", "err", err)
+			c.pool.Close()
+			x.failed, x.failErr = rejTargetError, fmt.Errorf("opening the session: %w", err)
 			return err
 		}
 		c.sess = s
@@ -198,7 +243,7 @@ func (x *iserConn) loginStep(p iser.PDU) error {
 		x.ffc = c
 		x.flushCtlLocked()
 		x.smu.Unlock()
-		log.Info("iser: session started", "type", ls.Params.SessionType, "target", ls.Params.TargetName, "send_with_inv", x.sendInv)
+		x.t.sessionOpened(c, ls, "send_with_inv", x.sendInv)
 	}
 	return nil
 }

@@ -108,8 +108,9 @@ func (t *Target) CloseSession(tsih uint16) error {
 // every session to end.
 func (t *Target) endSessions(sess []*session, reason string) error {
 	for _, s := range sess {
-		t.log.Info("iscsi: ending session", "tsih", s.tsih, "initiator", s.initiator, "reason", reason)
-		s.conn.sendAsync(iser.AsyncRequestLogout)
+		s.conn.log.Info("iscsi: ending session", "reason", reason)
+		s.conn.setEnd(endAdmin)
+		s.conn.sendAsync(iser.AsyncRequestLogout, logoutGrace)
 	}
 	grace := time.NewTimer(logoutGrace)
 	defer grace.Stop()

@@ -121,7 +121,8 @@ func (t *Target) openSession(ls iser.Session, id iser.LoginIdentity, c *conn) (*
 			return s, nil
 		}
 		t.openMu.Unlock()
-		t.log.Info("iscsi: reinstating session", "initiator", port, "old_tsih", old.tsih, "tsih", s.tsih)
+		old.conn.log.Info("iscsi: reinstating session", "new_tsih", s.tsih)
+		old.conn.setEnd(endReinstated)
 		old.conn.drop("session reinstatement")
 		select {
 		case <-old.conn.done:
@@ -141,9 +142,10 @@ func (s *session) close() {
 	s.t.mu.Unlock()
 }
 
-// announceDrop tells the initiator the target is going away.
+// announceDrop tells the initiator the target is going away (Close).
 func (s *session) announceDrop() {
 	if c := s.conn; c != nil {
-		c.sendAsync(iser.AsyncDroppingAllConnections)
+		c.setEnd(endShutdown)
+		c.sendAsync(iser.AsyncDroppingAllConnections, 0)
 	}
 }

@@ -237,6 +237,11 @@ type Target struct {
 	conns    map[io.Closer]bool
 	lns      map[net.Listener]bool
 	closed   bool
+
+	// draining is set by Drain: logins are refused (service unavailable)
+	// and no listener is served.
+	draining atomic.Bool
+	stats    counters
 }
 
 // New checks cfg, creates the SCSI targets and logical units, and returns a
@@ -478,6 +483,10 @@ func (t *Target) TargetNames() []string { return slices.Clone(t.nodes.Load().ord
 
 // resolve is the login engines' Resolve: target lookup and ACLs.
 func (t *Target) resolve(id iser.LoginIdentity) (iser.TargetInfo, error) {
+	if t.draining.Load() || t.ctx.Err() != nil {
+		// Drain or Close: service unavailable (03/01), for every login.
+		return iser.TargetInfo{}, fmt.Errorf("the target is shutting down: %w", iser.LoginServiceUnavailable)
+	}
 	if id.SessionType == iser.SessionDiscovery {
 		return iser.TargetInfo{CHAP: t.cfg.DiscoveryCHAP, MutualCHAP: t.cfg.DiscoveryMutualCHAP}, nil
 	}
@@ -534,10 +543,11 @@ func (t *Target) ListenAndServe(ctx context.Context, addr string) error {
 // Serve accepts connections on ln until ctx is done, ln fails or the
 // Target is closed, and serves each: iSCSI over TCP, or iSER when its first
 // bytes are an MPA request and Config.Provider is set. Serve closes ln when
-// it returns; it returns nil after ctx ended or Close.
+// it returns; it returns nil after ctx ended, Drain or Close (and at once
+// when called after them).
 func (t *Target) Serve(ctx context.Context, ln net.Listener) error {
 	t.mu.Lock()
-	if t.closed {
+	if t.closed || t.draining.Load() {
 		t.mu.Unlock()
 		ln.Close()
 		return nil
@@ -558,7 +568,7 @@ func (t *Target) Serve(ctx context.Context, ln net.Listener) error {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			if ctx.Err() != nil || t.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+			if ctx.Err() != nil || t.ctx.Err() != nil || t.draining.Load() || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
 			var ne net.Error
@@ -613,7 +623,7 @@ func (t *Target) serveConn(c net.Conn) {
 	if p := t.cfg.Provider; p != nil {
 		first, err := br.Peek(p.ConnRequestPrefix())
 		if err != nil {
-			t.log.Debug("iscsi: connection closed before its first PDU", "peer", c.RemoteAddr(), "err", err)
+			t.log.Debug("iscsi: connection closed before its first PDU", "peer", c.RemoteAddr().String(), "err", err)
 			return
 		}
 		if p.IsConnRequest(first) {
@@ -622,7 +632,7 @@ func (t *Target) serveConn(c net.Conn) {
 			c.SetReadDeadline(time.Time{})
 			req, err := p.ServeConn(t.ctx, c, rest)
 			if err != nil {
-				t.log.Info("iscsi: RDMA connection request failed", "peer", c.RemoteAddr(), "err", err)
+				t.log.Info("iscsi: RDMA connection request failed", "peer", c.RemoteAddr().String(), "transport", "iser", "err", err)
 				return
 			}
 			t.serveISER(req)

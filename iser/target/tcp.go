@@ -71,7 +71,8 @@ func (x *tcpConn) buffer(tk *task, n int) ([]byte, error) {
 
 // serveTCP runs an iSCSI/TCP connection: login, then full feature phase.
 func (t *Target) serveTCP(nc net.Conn, br *bufio.Reader) {
-	log := t.log.With("peer", nc.RemoteAddr().String(), "transport", "tcp")
+	log := t.log.With("peer", nc.RemoteAddr().String(), "transport", transportNames[transTCP])
+	t.accepted(log, transTCP)
 	r := iser.NewReader(br)
 	bw := bufio.NewWriterSize(nc, tcpWriteBuffer)
 	w := iser.NewWriter(bw)
@@ -86,21 +87,28 @@ func (t *Target) serveTCP(nc net.Conn, br *bufio.Reader) {
 	data := make([]byte, iser.DefaultRecvDataSegmentLength)
 	rsp := make([]byte, iser.BHSSize)
 	rspData := make([]byte, iser.DefaultRecvDataSegmentLength)
-	for {
+	for npdus := 0; ; npdus++ {
 		p, err := r.ReadPDU(hdr, data)
 		if err != nil {
-			log.Debug("iscsi: connection ended during login", "err", err)
+			if why, ok := t.loginCut(npdus, err); ok {
+				t.loginRefused(log, tl.Identity(), why, err)
+			} else {
+				log.Debug("iscsi: connection closed before login", "err", err)
+			}
 			return
 		}
 		n, st, lerr := tl.Step(p.BHS, p.Data, rsp, rspData)
-		if err := w.WritePDU(rsp, nil, rspData[:n]); err != nil {
-			return
-		}
-		if err := bw.Flush(); err != nil {
-			return
+		werr := w.WritePDU(rsp, nil, rspData[:n])
+		if werr == nil {
+			werr = bw.Flush()
 		}
 		if st == iser.LoginFailed {
-			log.Info("iscsi: login failed", "err", lerr)
+			t.loginRefused(log, tl.Identity(), rejectOf(lerr), lerr)
+			return
+		}
+		if werr != nil {
+			why, _ := t.loginCut(npdus+1, werr)
+			t.loginRefused(log, tl.Identity(), why, werr)
 			return
 		}
 		if st == iser.LoginDone {
@@ -113,27 +121,25 @@ func (t *Target) serveTCP(nc net.Conn, br *bufio.Reader) {
 	r.SetDigests(ls.Params.HeaderDigest, ls.Params.DataDigest)
 	w.SetDigests(ls.Params.HeaderDigest, ls.Params.DataDigest)
 	r.SetMaxRecvDataSegmentLength(int(ls.Params.MaxRecvDataSegmentLength))
-	log = log.With("initiator", id.InitiatorName, "tsih", ls.TSIH)
 	tc := &tcpConn{nc: nc, r: r, bw: bw, w: w, br: br, statSN: ls.StatSN,
 		data: make([]byte, ls.Params.MaxRecvDataSegmentLength),
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), sent: make(chan struct{})}
-	c := newConn(t, ls, tc, log)
+	c := newConn(t, ls, tc, connLog(log, ls, id))
 	c.connID = ls.CID
 	tc.c = c
 	s, err := t.openSession(ls, id, c)
 	if err != nil {
-		log.Warn("iscsi: opening the session", "err", err)
+		c.pool.Close()
+		t.loginRefused(log, id, rejTargetError, fmt.Errorf("opening the session: %w", err))
 		return
 	}
 	c.sess = s
-	log.Info("iscsi: session started", "type", ls.Params.SessionType, "target", ls.Params.TargetName,
-		"digests", fmt.Sprintf("%v/%v", ls.Params.HeaderDigest, ls.Params.DataDigest))
+	t.sessionOpened(c, ls, "digests", fmt.Sprintf("%v/%v", ls.Params.HeaderDigest, ls.Params.DataDigest))
 	go tc.sender()
 	err = tc.recvLoop()
 	tc.shut()
 	<-tc.sent
-	c.stop()
-	log.Info("iscsi: session ended", "reason", err)
+	c.stop(err)
 }
 
 // recvLoop reads and dispatches PDUs until the connection fails.
@@ -153,6 +159,10 @@ func (tc *tcpConn) recvLoop() error {
 			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 				return io.EOF
 			}
+			var ne net.Error
+			if !errors.As(err, &ne) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				c.setEnd(endProtocol) // a PDU the reader refused
+			}
 			return err
 		}
 		if c.log.Enabled(context.Background(), levelTrace) {
@@ -160,6 +170,7 @@ func (tc *tcpConn) recvLoop() error {
 		}
 		if p.BHS.Opcode() == iser.OpDataOut {
 			if err := tc.onDataOut(p); err != nil {
+				c.setEnd(endProtocol)
 				c.reject(p, iser.RejectProtocolError)
 				return err
 			}
