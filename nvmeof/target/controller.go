@@ -56,6 +56,10 @@ type controller struct {
 	queues    map[uint16]*sq
 	live      bool // its Connect succeeded (Target.Controllers lists it)
 	dead      bool
+	reason    string // why it was torn down (once dead)
+	// quiesced: the target drains (Target.Drain); the controller's I/O
+	// queues take no new command.
+	quiesced bool
 	// retired sums the counters of the I/O queues that ended.
 	retired struct{ commands, readBytes, writeBytes uint64 }
 }
@@ -104,20 +108,22 @@ func (c *controller) checkKeepAlive() {
 		c.mu.Unlock()
 		return
 	}
-	kato := c.kato
 	c.mu.Unlock()
-	c.t.log.Warn("nvmeof: keep-alive timeout; tearing down controller", "cntlid", c.cntlid, "host", c.hostNQN, "kato", kato)
-	c.teardown(fmt.Sprintf("keep-alive timeout (%v)", kato))
+	if c.teardown(reasonKeepAlive, nil) {
+		c.t.stats.kaExpired.Add(1)
+	}
 }
 
-// teardown disconnects every queue and frees the controller ID.
-func (c *controller) teardown(reason string) {
+// teardown disconnects every queue and frees the controller ID, for
+// reason (see reasonKeepAlive...) and err, its detail if any. It reports
+// whether it did: false when the controller was torn down already.
+func (c *controller) teardown(reason string, err error) bool {
 	c.mu.Lock()
 	if c.dead {
 		c.mu.Unlock()
-		return
+		return false
 	}
-	c.dead = true
+	c.dead, c.reason = true, reason
 	if c.kaTimer != nil {
 		c.kaTimer.Stop()
 	}
@@ -125,6 +131,7 @@ func (c *controller) teardown(reason string) {
 	for _, q := range c.queues {
 		qs = append(qs, q)
 	}
+	live, kato, ioq := c.live, c.kato, c.grantedQ
 	c.mu.Unlock()
 	c.sub.freeController(c.cntlid, c)
 	if c.disc {
@@ -135,22 +142,57 @@ func (c *controller) teardown(reason string) {
 	for _, q := range qs {
 		q.tr.disconnect()
 	}
-	c.t.log.Info("nvmeof: controller removed", "cntlid", c.cntlid, "subsystem", c.sub.cfg.NQN, "host", c.hostNQN, "reason", reason)
+	attrs := c.logAttrs("reason", reason)
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	attrs = append(attrs, "kato", kato, "io_queues", ioq)
+	if !live {
+		// Its Connect had not succeeded: it never was a controller to
+		// the host (nor in Stats).
+		c.t.log.Debug("nvmeof: controller removed before its Connect completed", attrs...)
+		return true
+	}
+	c.t.stats.removed.Add(1)
+	c.t.log.Info("nvmeof: controller removed", attrs...)
+	return true
 }
 
-// queueGone is called when a queue's connection ended.
-func (c *controller) queueGone(q *sq, reason string) {
+// logAttrs are the log attributes naming c, then extra.
+func (c *controller) logAttrs(extra ...any) []any {
+	var port any
+	if c.port != nil {
+		port = c.port.cfg.ID
+	}
+	return append([]any{"port", port, "transport", trName(c.trType), "peer", c.remote, "subsystem", c.sub.cfg.NQN,
+		"host", c.hostNQN, "cntlid", c.cntlid}, extra...)
+}
+
+// queueGone is called when a queue's connection ended, for reason and err
+// (Port.endReason); the end of the admin queue tears the controller
+// down, a host shutdown when the host had set CC.SHN. It returns why the
+// queue ended: reason, or the controller's teardown's when the queue ended
+// for it.
+func (c *controller) queueGone(q *sq, reason string, err error) (string, error) {
 	c.mu.Lock()
+	if c.dead {
+		reason, err = c.reason, nil
+	}
 	if c.queues[q.qid] == q {
 		delete(c.queues, q.qid)
 		c.retired.commands += q.stats.commands.Load()
 		c.retired.readBytes += q.stats.readBytes.Load()
 		c.retired.writeBytes += q.stats.writeBytes.Load()
 	}
+	shutdown := c.cc.Fields().SHN != nvmeof.CCShutdownNone
 	c.mu.Unlock()
-	if q.qid == 0 {
-		c.teardown("admin queue closed: " + reason)
+	if shutdown && (reason == reasonHostDisconnect || reason == reasonTransportError) {
+		reason, err = reasonHostShutdown, nil
 	}
+	if q.qid == 0 {
+		c.teardown(reason, err)
+	}
+	return reason, err
 }
 
 // logError records a failed command in the Error Information log.
@@ -194,7 +236,7 @@ func (c *controller) deliverLocked() {
 	for _, a := range done {
 		a.r.status = nvmeof.StatusSuccess
 		if err := a.q.respond(a.r); err != nil {
-			a.q.shutdown("completing AER: " + err.Error())
+			a.q.shutdown(reasonTransportError, fmt.Errorf("completing an AER: %w", err))
 		}
 	}
 }

@@ -218,8 +218,7 @@ func (q *sq) begin(r *request) bool {
 		c.traffic()
 		if !q.authWarned {
 			q.authWarned = true
-			q.t.log.Warn("nvmeof: host has not authenticated (DH-HMAC-CHAP): refusing its commands with Authentication Required",
-				"host", c.hostNQN, "qid", q.qid, "subsystem", c.sub.cfg.NQN)
+			q.t.log.Warn("nvmeof: host has not authenticated (DH-HMAC-CHAP): refusing its commands with Authentication Required", q.logAttrs()...)
 		}
 		r.status = nvmeof.StatusAuthRequired.WithDNR()
 		return false
@@ -393,22 +392,38 @@ func mayBlock(d backstore.Disk, kind nvmeof.CommandKind) bool {
 func (q *sq) onWorker(r *request) {
 	q.execute(r)
 	if err := q.respond(r); err != nil {
-		q.shutdown(err.Error())
+		q.shutdown(reasonTransportError, err)
 	}
 }
 
-// shutdown disconnects and, for an admin queue, tears the controller down.
-func (q *sq) shutdown(reason string) {
+// shutdown disconnects and, for an admin queue, tears the controller
+// down, for reason (Port.endReason) and err, its detail.
+func (q *sq) shutdown(reason string, err error) {
 	q.closeOnce.Do(func() {
 		q.tr.disconnect()
-		q.ctrlMu.Lock()
-		c := q.ctrl
-		q.ctrlMu.Unlock()
-		if c != nil {
-			c.queueGone(q, reason)
+		if c := q.controller(); c != nil {
+			reason, err = c.queueGone(q, reason, err)
 		}
-		q.t.log.Debug("nvmeof: queue ended", "qid", q.qid, "reason", reason)
+		attrs := q.logAttrs("reason", reason)
+		if err != nil {
+			attrs = append(attrs, "err", err)
+		}
+		if reason == reasonTransportError {
+			q.t.log.Warn("nvmeof: queue ended on a transport error", attrs...)
+		} else {
+			q.t.log.Debug("nvmeof: queue ended", attrs...)
+		}
 	})
+}
+
+// logAttrs are the log attributes naming the queue (with its controller's
+// subsystem, host and ID once it has one), then extra.
+func (q *sq) logAttrs(extra ...any) []any {
+	attrs := []any{"port", q.port.cfg.ID, "transport", trName(q.tr.trType()), "peer", q.remote}
+	if c := q.controller(); c != nil {
+		attrs = append(attrs, "subsystem", c.sub.cfg.NQN, "host", c.hostNQN, "cntlid", c.cntlid)
+	}
+	return append(append(attrs, "qid", q.qid), extra...)
 }
 
 // close waits for the queue's workers once its connection ended.

@@ -2,6 +2,7 @@ package target
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/rdisk/rdisk/nvmeof"
@@ -43,14 +44,40 @@ func connectParamErr(r *request, inData bool, off int) {
 	r.result = uint64(nvmeof.ConnectInvalidParamResult(inData, uint16(off)))
 }
 
+// refuseConnect counts and logs a Connect refused for why (the caller sets
+// its status); subNQN and hostNQN are "" when its data did not parse.
+func (q *sq) refuseConnect(why connectReason, subNQN, hostNQN string, err error) {
+	q.t.stats.connectRejected[why].Add(1)
+	attrs := []any{"reason", connectReasonNames[why], "port", q.port.cfg.ID, "transport", trName(q.tr.trType()), "peer", q.remote,
+		"subsystem", subNQN, "host", hostNQN, "qid", q.qid}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	q.t.log.Warn("nvmeof: connect refused", attrs...)
+}
+
+// shuttingDown refuses a Connect because the target drains or closes:
+// Connect Controller Busy without DNR, so that the host tries again
+// (Linux: every reconnect_delay until ctrl_loss_tmo), maybe reaching the
+// target restarted.
+func (q *sq) shuttingDown(r *request, subNQN, hostNQN string) {
+	r.status = nvmeof.StatusConnectControllerBusy
+	q.refuseConnect(connShuttingDown, subNQN, hostNQN, nil)
+}
+
+// stopping tells whether the target drains or closes.
+func (t *Target) stopping() bool { return t.draining.Load() || t.ctx.Err() != nil }
+
 func (q *sq) connect(r *request, sqe nvmeof.SQE) {
 	cmd := sqe.Connect()
 	if cmd.RecFmt() != 0 {
 		r.status, r.errLoc = nvmeof.StatusConnectIncompatibleFormat.WithDNR(), nvmeof.OffsetConnectRecFmt
+		q.refuseConnect(connInvalidParameters, "", "", fmt.Errorf("record format %d", cmd.RecFmt()))
 		return
 	}
 	if err := nvmeof.CheckTransferLen(uint32(r.xferLen), nvmeof.ConnectDataSize); err != nil || len(r.xfer) < nvmeof.ConnectDataSize {
 		r.status, r.errLoc = nvmeof.StatusSGLInvalidDataLength.WithDNR(), offDPTR
+		q.refuseConnect(connInvalidParameters, "", "", fmt.Errorf("%d bytes of data, want %d", r.xferLen, nvmeof.ConnectDataSize))
 		return
 	}
 	d, err := nvmeof.ParseConnectData(r.xfer)
@@ -61,19 +88,26 @@ func (q *sq) connect(r *request, sqe nvmeof.SQE) {
 			off = fe.Offset
 		}
 		connectParamErr(r, true, off)
+		q.refuseConnect(connInvalidParameters, "", "", err)
 		return
 	}
 	if cmd.QID() != q.qid {
 		connectParamErr(r, false, nvmeof.OffsetConnectQID)
+		q.refuseConnect(connInvalidParameters, d.SubNQN, d.HostNQN, fmt.Errorf("QID %d on queue %d", cmd.QID(), q.qid))
 		return
 	}
 	sqsize := int(cmd.SQSize())
 	if sqsize == 0 || sqsize+1 > q.depth {
 		// The SQ can hold no more commands than receive buffers we posted.
 		connectParamErr(r, false, nvmeof.OffsetConnectSQSize)
+		q.refuseConnect(connInvalidParameters, d.SubNQN, d.HostNQN, fmt.Errorf("SQSIZE %d, the queue holds %d", sqsize, q.depth))
 		return
 	}
 	t := q.t
+	if t.stopping() {
+		q.shuttingDown(r, d.SubNQN, d.HostNQN)
+		return
+	}
 	var sub *Subsystem
 	if d.SubNQN == nvmeof.DiscoveryNQN {
 		sub = t.discSub
@@ -81,14 +115,14 @@ func (q *sq) connect(r *request, sqe nvmeof.SQE) {
 		sub = q.port.subsystem(d.SubNQN)
 	}
 	if sub == nil {
-		t.log.Info("nvmeof: connect to unknown subsystem", "subnqn", d.SubNQN, "host", d.HostNQN)
 		connectParamErr(r, true, nvmeof.ConnectDataSubNQNOffset)
+		q.refuseConnect(connUnknownSubsystem, d.SubNQN, d.HostNQN, nil)
 		return
 	}
 	if !sub.hostAllowed(d.HostNQN) {
-		t.log.Info("nvmeof: host not allowed", "subnqn", d.SubNQN, "host", d.HostNQN)
 		r.status = nvmeof.StatusConnectInvalidHost.WithDNR()
 		r.result = uint64(nvmeof.ConnectInvalidParamResult(true, nvmeof.ConnectDataHostNQNOffset))
+		q.refuseConnect(connHostNotAllowed, d.SubNQN, d.HostNQN, nil)
 		return
 	}
 	q.sqflow = cmd.CAttr()&nvmeof.ConnectAttrDisableSQFlow != 0
@@ -97,8 +131,8 @@ func (q *sq) connect(r *request, sqe nvmeof.SQE) {
 		ac, err := auth.NewController(auth.ControllerConfig{HostNQN: d.HostNQN, SubsysNQN: sub.cfg.NQN, Secret: a.Key, CtrlSecret: a.CtrlKey,
 			Hashes: a.Hashes, DHGroups: a.DHGroups, SeqNums: &t.seq})
 		if err != nil {
-			t.log.Warn("nvmeof: DH-HMAC-CHAP settings unusable", "host", d.HostNQN, "err", err)
 			r.status = nvmeof.StatusInternal
+			q.refuseConnect(connInternal, d.SubNQN, d.HostNQN, fmt.Errorf("DH-HMAC-CHAP settings unusable: %w", err))
 			return
 		}
 		// Every queue authenticates before other commands (nvmet sets ATR
@@ -107,72 +141,31 @@ func (q *sq) connect(r *request, sqe nvmeof.SQE) {
 		authreq = nvmeof.ConnectAuthReqATR
 	}
 	if q.qid == 0 {
-		if d.CNTLID != nvmeof.CNTLIDDynamic {
-			connectParamErr(r, true, nvmeof.ConnectDataCNTLIDOffset)
-			return
-		}
-		q.entries = sqsize + 1
-		c := &controller{t: t, sub: sub, port: q.port, disc: sub == t.discSub, trType: q.tr.trType(), hostNQN: d.HostNQN, hostID: d.HostID,
-			maxQ: q.port.cfg.MaxIOQueues, queues: map[uint16]*sq{0: q}, wce: true, features: map[uint8]uint32{},
-			connected: time.Now(), remote: q.remote}
-		id, err := sub.allocController(c)
-		if err != nil {
-			r.status = nvmeof.StatusConnectControllerBusy.WithDNR()
-			return
-		}
-		if !c.disc && q.port.subsystem(d.SubNQN) != sub {
-			// Unlinked from the port (or removed) since the look-up: the
-			// unlinking may have missed this controller, so refuse it
-			// (see Port.UnlinkSubsystem).
-			sub.freeController(id, c)
-			t.log.Info("nvmeof: connect to a subsystem being unlinked", "subnqn", d.SubNQN, "host", d.HostNQN)
-			connectParamErr(r, true, nvmeof.ConnectDataSubNQNOffset)
-			return
-		}
-		if c.disc {
-			t.mu.Lock()
-			t.disc[c] = true
-			t.mu.Unlock()
-		}
-		c.mu.Lock()
-		if c.dead {
-			// Torn down meanwhile (Target.DeleteController, RemovePort,
-			// Close): teardown may have run before the registration
-			// above, so undo it.
-			c.mu.Unlock()
-			if c.disc {
-				t.mu.Lock()
-				delete(t.disc, c)
-				t.mu.Unlock()
-			}
-			r.status = nvmeof.StatusCommandSequenceError.WithDNR()
-			return
-		}
-		c.kato = time.Duration(cmd.KATO()) * time.Millisecond
-		c.armKeepAliveLocked()
-		c.live = true
-		c.mu.Unlock()
-		q.ctrlMu.Lock()
-		q.ctrl = c
-		q.ctrlMu.Unlock()
-		r.result = uint64(nvmeof.ConnectResult(id, authreq))
-		t.log.Info("nvmeof: controller created", "cntlid", id, "subsystem", sub.cfg.NQN, "host", d.HostNQN, "kato", c.kato)
+		q.connectAdmin(r, cmd, d, sub, sqsize, authreq)
 		return
 	}
 	c := sub.controller(d.CNTLID)
 	if c == nil || c.hostNQN != d.HostNQN || c.hostID != d.HostID || c.trType != q.tr.trType() {
 		connectParamErr(r, true, nvmeof.ConnectDataCNTLIDOffset)
+		q.refuseConnect(connInvalidParameters, d.SubNQN, d.HostNQN, fmt.Errorf("no controller %d of this host on this transport", d.CNTLID))
 		return
 	}
 	c.mu.Lock()
 	switch {
+	case c.quiesced:
+		c.mu.Unlock()
+		q.shuttingDown(r, d.SubNQN, d.HostNQN)
+		return
 	case c.dead || !c.csts.RDY():
 		c.mu.Unlock()
 		r.status = nvmeof.StatusCommandSequenceError.WithDNR()
+		q.refuseConnect(connInvalidState, d.SubNQN, d.HostNQN, fmt.Errorf("controller %d not enabled or torn down", d.CNTLID))
 		return
 	case int(q.qid) > c.grantedQ || c.queues[q.qid] != nil:
+		granted := c.grantedQ
 		c.mu.Unlock()
 		connectParamErr(r, false, nvmeof.OffsetConnectQID)
+		q.refuseConnect(connInvalidParameters, d.SubNQN, d.HostNQN, fmt.Errorf("queue %d connected already or beyond the %d granted", q.qid, granted))
 		return
 	}
 	q.entries = sqsize + 1
@@ -182,6 +175,79 @@ func (q *sq) connect(r *request, sqe nvmeof.SQE) {
 	q.ctrl = c
 	q.ctrlMu.Unlock()
 	r.result = uint64(nvmeof.ConnectResult(c.cntlid, authreq))
+	t.log.Debug("nvmeof: I/O queue connected", q.logAttrs("sqsize", sqsize)...)
+}
+
+// connectAdmin creates the controller of an admin queue's Connect.
+func (q *sq) connectAdmin(r *request, cmd nvmeof.ConnectCommand, d nvmeof.ConnectDataFields, sub *Subsystem, sqsize int, authreq uint32) {
+	t := q.t
+	if d.CNTLID != nvmeof.CNTLIDDynamic {
+		connectParamErr(r, true, nvmeof.ConnectDataCNTLIDOffset)
+		q.refuseConnect(connInvalidParameters, d.SubNQN, d.HostNQN, fmt.Errorf("static controller ID %d", d.CNTLID))
+		return
+	}
+	q.entries = sqsize + 1
+	c := &controller{t: t, sub: sub, port: q.port, disc: sub == t.discSub, trType: q.tr.trType(), hostNQN: d.HostNQN, hostID: d.HostID,
+		maxQ: q.port.cfg.MaxIOQueues, queues: map[uint16]*sq{0: q}, wce: true, features: map[uint8]uint32{},
+		connected: time.Now(), remote: q.remote}
+	id, err := sub.allocController(c)
+	if err != nil {
+		r.status = nvmeof.StatusConnectControllerBusy.WithDNR()
+		q.refuseConnect(connControllerBusy, d.SubNQN, d.HostNQN, err)
+		return
+	}
+	switch {
+	case t.stopping():
+		// Drain (or Close) started since the check in connect: it lists
+		// the controllers after it sets draining, and may have missed
+		// this one, registered after it listed them.
+		sub.freeController(id, c)
+		q.shuttingDown(r, d.SubNQN, d.HostNQN)
+		return
+	case !c.disc && q.port.subsystem(d.SubNQN) != sub:
+		// Unlinked from the port (or removed) since the look-up: the
+		// unlinking may have missed this controller, so refuse it
+		// (see Port.UnlinkSubsystem).
+		sub.freeController(id, c)
+		connectParamErr(r, true, nvmeof.ConnectDataSubNQNOffset)
+		q.refuseConnect(connUnknownSubsystem, d.SubNQN, d.HostNQN, errors.New("unlinked from the port meanwhile"))
+		return
+	}
+	if c.disc {
+		t.mu.Lock()
+		t.disc[c] = true
+		t.mu.Unlock()
+	}
+	c.mu.Lock()
+	if c.dead {
+		// Torn down meanwhile (Target.DeleteController, RemovePort,
+		// Close): teardown may have run before the registration
+		// above, so undo it.
+		c.mu.Unlock()
+		if c.disc {
+			t.mu.Lock()
+			delete(t.disc, c)
+			t.mu.Unlock()
+		}
+		if t.stopping() {
+			q.shuttingDown(r, d.SubNQN, d.HostNQN)
+			return
+		}
+		r.status = nvmeof.StatusCommandSequenceError.WithDNR()
+		q.refuseConnect(connInvalidState, d.SubNQN, d.HostNQN, errors.New("controller torn down while connecting"))
+		return
+	}
+	c.kato = time.Duration(cmd.KATO()) * time.Millisecond
+	c.armKeepAliveLocked()
+	c.live = true
+	c.mu.Unlock()
+	q.ctrlMu.Lock()
+	q.ctrl = c
+	q.ctrlMu.Unlock()
+	r.result = uint64(nvmeof.ConnectResult(id, authreq))
+	t.stats.created.Add(1)
+	t.log.Info("nvmeof: controller created", c.logAttrs("hostid", uuidString(d.HostID), "kato", c.kato, "sqsize", sqsize,
+		"max_io_queues", c.maxQ)...)
 }
 
 // authFields checks an Authentication Send/Receive command's fields as
@@ -224,7 +290,7 @@ func (q *sq) authSend(r *request, cmd nvmeof.AuthCommand) {
 	}
 	before := q.auth.State()
 	if err := q.auth.Send(r.xfer[:n]); err != nil {
-		q.authFailed(err)
+		q.authFailed(before, err)
 	}
 	q.authDone(before)
 	q.authOK.Store(q.auth.Authenticated())
@@ -244,7 +310,7 @@ func (q *sq) authReceive(r *request, cmd nvmeof.AuthCommand) {
 		return
 	}
 	if err != nil {
-		q.authFailed(err)
+		q.authFailed(before, err)
 	}
 	k := copy(r.xfer[:n], msg)
 	clear(r.xfer[k:n])
@@ -260,22 +326,21 @@ func (q *sq) authDone(before auth.ControllerState) {
 		if q.qid != 0 {
 			log = q.t.log.Debug // one line per controller, not per queue
 		}
-		log("nvmeof: host authenticated", "host", q.authHost(), "qid", q.qid, "hash", q.auth.Hash(), "dhgroup", q.auth.DHGroup())
+		log("nvmeof: host authenticated", q.logAttrs("hash", q.auth.Hash(), "dhgroup", q.auth.DHGroup())...)
 	}
 }
 
-func (q *sq) authHost() string {
-	if c := q.controller(); c != nil {
-		return c.hostNQN
+// authFailed counts and logs a failed authentication (once per exchange:
+// a failure found in an Authentication Send is returned again by the
+// Receive that carries the Failure1), naming the host; its queue then
+// answers everything but Fabrics commands with Authentication Required,
+// and the host gives up (Linux tears the controller down).
+func (q *sq) authFailed(before auth.ControllerState, err error) {
+	if before == auth.CtrlFailure1Pending || before == auth.CtrlFailed {
+		return
 	}
-	return ""
-}
-
-// authFailed logs a failed authentication, naming the host; its queue
-// then answers everything but Fabrics commands with Authentication
-// Required, and the host gives up (Linux tears the controller down).
-func (q *sq) authFailed(err error) {
-	q.t.log.Warn("nvmeof: DH-HMAC-CHAP authentication failed", "host", q.authHost(), "qid", q.qid, "err", err)
+	q.t.stats.authFailures.Add(1)
+	q.t.log.Warn("nvmeof: DH-HMAC-CHAP authentication failed", q.logAttrs("err", err)...)
 }
 
 func (c *controller) propertyGet(r *request, cmd nvmeof.PropertyCommand) {

@@ -68,7 +68,7 @@ func FuzzCommand(f *testing.F) {
 				t.Fatal(err)
 			}
 			c.cntlid = id
-			defer c.teardown("fuzz done")
+			defer c.teardown("fuzz done", nil)
 			q.ctrl = c
 		}
 		x := &rdmaReq{}

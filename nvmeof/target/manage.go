@@ -254,7 +254,7 @@ func (t *Target) DeleteController(subNQN string, cntlid uint16) error {
 	if c == nil {
 		return fmt.Errorf("subsystem %s has no controller %d", subNQN, cntlid)
 	}
-	c.teardown("deleted by the operator")
+	c.teardown(reasonAdminDelete, nil)
 	return nil
 }
 
@@ -294,9 +294,8 @@ func (t *Target) RemovePort(id uint16) error {
 	// stage: accepting, connecting, running (as Target.Close does).
 	p.cancel()
 	p.ln.Close()
-	reason := fmt.Sprintf("port %d removed", id)
 	for _, s := range t.subsystems(true) {
-		s.teardownControllers(func(c *controller) bool { return c.port == p }, reason)
+		s.teardownControllers(func(c *controller) bool { return c.port == p }, reasonPortRemoved)
 	}
 	p.wg.Wait()
 	t.log.Info("nvmeof: port removed", "port", id, "addr", p.ln.Addr())
@@ -316,7 +315,7 @@ func (s *Subsystem) teardownControllers(match func(*controller) bool, reason str
 	}
 	s.mu.RUnlock()
 	for _, c := range cs {
-		c.teardown(reason)
+		c.teardown(reason, nil)
 	}
 }
 
@@ -332,7 +331,7 @@ func (p *Port) UnlinkSubsystem(nqn string) error {
 	// A Connect that found the link before it went checks it again once
 	// its controller is registered (fabrics.go): the controller is
 	// either torn down here or refused there.
-	s.teardownControllers(func(c *controller) bool { return c.port == p }, fmt.Sprintf("subsystem unlinked from port %d", p.cfg.ID))
+	s.teardownControllers(func(c *controller) bool { return c.port == p }, reasonUnlinked)
 	p.t.log.Info("nvmeof: subsystem unlinked", "port", p.cfg.ID, "subsystem", nqn)
 	p.t.discoveryChanged()
 	return nil
@@ -376,7 +375,7 @@ func (t *Target) RemoveSubsystem(nqn string) error {
 	for _, p := range ports {
 		p.unlink(func(x *Subsystem) bool { return x == s })
 	}
-	s.teardownControllers(nil, "subsystem removed")
+	s.teardownControllers(nil, reasonSubsystemRemoved)
 	t.log.Info("nvmeof: subsystem removed", "subsystem", nqn)
 	t.discoveryChanged()
 	return nil

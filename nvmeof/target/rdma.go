@@ -52,7 +52,7 @@ func (l rdmaListener) serve(p *Port) {
 		req, err := l.Accept(p.ctx)
 		if err != nil {
 			if !errors.Is(err, context.Canceled) && !errors.Is(err, rdma.ErrClosed) {
-				p.t.log.Warn("nvmeof: accept failed", "port", p.cfg.ID, "err", err)
+				p.t.log.Warn("nvmeof: accept failed", "port", p.cfg.ID, "transport", TransportRDMA, "err", err)
 			}
 			return
 		}
@@ -75,7 +75,12 @@ func fillTSAS(e *nvmeof.DiscoveryLogEntry, trType uint8) {
 
 // serveConn runs one queue from its connection request to its end.
 func (p *Port) serveConn(req rdma.ConnRequest) {
-	t := p.t
+	peer := addrString(req.RemoteAddr())
+	if p.closing() {
+		p.refuse(nvmeof.TrTypeRDMA, portShuttingDown, peer, nil)
+		rejectCM(req, nvmeof.CMNoResources)
+		return
+	}
 	f, err := nvmeof.ParseCMRequest(req.PrivateData())
 	if err == nil {
 		err = f.Check(uint16(p.cfg.MaxIOQueues), uint16(p.cfg.MaxQueueSize))
@@ -83,31 +88,41 @@ func (p *Port) serveConn(req rdma.ConnRequest) {
 	if err != nil {
 		st := nvmeof.CMInvalidLength
 		errors.As(err, &st)
-		t.log.Info("nvmeof: rejecting connection", "peer", req.RemoteAddr(), "err", err)
+		p.refuse(nvmeof.TrTypeRDMA, portCMPrivateData, peer, err)
 		rejectCM(req, st)
 		return
 	}
 	q, err := p.newRDMAQueue(f)
 	if err != nil {
-		t.log.Warn("nvmeof: no resources for a queue", "peer", req.RemoteAddr(), "err", err)
+		p.refuse(nvmeof.TrTypeRDMA, portNoResources, peer, err)
 		rejectCM(req, nvmeof.CMNoResources)
 		return
 	}
 	defer q.close()
-	if a := req.RemoteAddr(); a != nil {
-		q.sq.remote = a.String()
-	}
+	q.sq.remote = peer
 	acc := make([]byte, nvmeof.CMAcceptSize)
 	nvmeof.CMAccept(acc).Encode(&nvmeof.CMAcceptFields{RecFmt: nvmeof.CMRecFmt, CRQSize: uint16(q.sq.depth)})
 	if err := req.Accept(p.ctx, q.tq.QP(), rdma.ConnParam{PrivateData: acc, ResponderResources: 1}); err != nil {
-		t.log.Info("nvmeof: accept failed", "peer", req.RemoteAddr(), "err", err)
+		why := portAcceptFailed
+		if p.closing() {
+			why = portShuttingDown
+		}
+		p.refuse(nvmeof.TrTypeRDMA, why, peer, err)
 		return
 	}
-	t.addQueue(q.sq)
-	defer t.removeQueue(q.sq)
-	t.log.Debug("nvmeof: queue connected", "qid", q.sq.qid, "depth", q.sq.depth, "peer", req.RemoteAddr())
+	defer p.accepted(nvmeof.TrTypeRDMA, peer, "qid", q.sq.qid, "depth", q.sq.depth)()
+	p.t.addQueue(q.sq)
+	defer p.t.removeQueue(q.sq)
 	err = q.tq.Run(p.ctx)
-	q.sq.shutdown(p.endReason(err))
+	reason := p.endReason(err)
+	if reason == reasonTransportError {
+		if qerr := q.tq.QP().Err(); qerr != nil && errors.Is(err, qerr) {
+			// The connection itself ended (the host disconnected, or a
+			// failure of the link), not the target on an error.
+			reason = reasonHostDisconnect
+		}
+	}
+	q.sq.shutdown(reason, err)
 }
 
 func rejectCM(req rdma.ConnRequest, st nvmeof.CMStatus) {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdisk/rdisk/nvmeof"
@@ -56,6 +57,10 @@ type Target struct {
 	queues map[*sq]bool
 	auths  map[string]*HostAuth // by host NQN
 	seq    auth.SeqCounter      // DH-HMAC-CHAP sequence numbers, one series per target as Linux has one
+
+	// draining is set by Drain: no new connection, queue or command.
+	draining atomic.Bool
+	stats    targetCounters
 }
 
 // New creates a Target with no subsystems and no ports.
@@ -163,6 +168,9 @@ type Port struct {
 
 	mu   sync.Mutex
 	subs []*Subsystem
+
+	// rdmaStats and tcpStats count the connections of each transport.
+	rdmaStats, tcpStats portCounters
 }
 
 // portListener is a transport binding's listener behind a port (rdma.go).
@@ -281,18 +289,49 @@ func (p *Port) goServe(f func()) {
 	}()
 }
 
-// endReason names why a connection of the port ended: err, unless the
-// port or the target is closing.
+// endReason names why a connection of the port ended with err (see
+// reasonClose...): the target closing, the port removed, or else the
+// host closing it or a transport error.
 func (p *Port) endReason(err error) string {
 	switch {
 	case p.t.ctx.Err() != nil:
-		return "target closing"
+		return reasonClose
 	case p.ctx.Err() != nil:
-		return "port removed"
-	case err != nil:
-		return err.Error()
+		return reasonPortRemoved
+	case peerClosed(err):
+		return reasonHostDisconnect
 	}
-	return "closed"
+	return reasonTransportError
+}
+
+// closing tells whether the port takes no more connections: it is being
+// removed, or the target drains or closes.
+func (p *Port) closing() bool { return p.ctx.Err() != nil || p.t.draining.Load() }
+
+// refuse counts and logs a connection of transport trType the port
+// refused before it carried a queue.
+func (p *Port) refuse(trType uint8, why portReason, peer string, err error) {
+	p.counters(trType).rejected[why].Add(1)
+	attrs := []any{"reason", portReasonNames[why], "port", p.cfg.ID, "transport", trName(trType), "peer", peer}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	if why == portNoICReq {
+		// Port probes and health checks connect and close.
+		p.t.log.Debug("nvmeof: connection closed before its ICReq", attrs...)
+		return
+	}
+	p.t.log.Warn("nvmeof: connection refused", attrs...)
+}
+
+// accepted counts and logs a connection of transport trType accepted;
+// the caller calls the function returned when it ends.
+func (p *Port) accepted(trType uint8, peer string, extra ...any) (ended func()) {
+	pc := p.counters(trType)
+	pc.accepted.Add(1)
+	pc.live.Add(1)
+	p.t.log.Debug("nvmeof: connection accepted", append([]any{"port", p.cfg.ID, "transport", trName(trType), "peer", peer}, extra...)...)
+	return func() { pc.live.Add(-1) }
 }
 
 // Subsystems lists the NQNs of the subsystems p exports.
@@ -420,11 +459,11 @@ func (t *Target) Close() error {
 		cs := s.controllersLocked()
 		s.mu.RUnlock()
 		for _, c := range cs {
-			c.teardown("target closing")
+			c.teardown(reasonClose, nil)
 		}
 	}
 	for _, c := range discs {
-		c.teardown("target closing")
+		c.teardown(reasonClose, nil)
 	}
 	t.mu.Lock()
 	for q := range t.queues {

@@ -79,7 +79,7 @@ func (l *tcpListener) serve(p *Port) {
 		c, err := l.Accept()
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
-				p.t.log.Warn("nvmeof: accept failed", "port", p.cfg.ID, "err", err)
+				p.t.log.Warn("nvmeof: accept failed", "port", p.cfg.ID, "transport", p.Transport(), "err", err)
 			}
 			return
 		}
@@ -98,8 +98,12 @@ func (l *tcpListener) trTypes() []uint8 {
 // serveStream runs one accepted connection: an NVMe/RDMA connection
 // request (when the port shares its number with RDMA) or an NVMe/TCP queue.
 func (p *Port) serveStream(c net.Conn, sp rdma.StreamProvider) {
-	t := p.t
 	defer c.Close()
+	peer := addrString(c.RemoteAddr())
+	if p.closing() {
+		p.refuse(nvmeof.TrTypeTCP, portShuttingDown, peer, nil)
+		return
+	}
 	stop := context.AfterFunc(p.ctx, func() { c.Close() })
 	defer stop()
 	if tc, ok := c.(*net.TCPConn); ok {
@@ -110,7 +114,7 @@ func (p *Port) serveStream(c net.Conn, sp rdma.StreamProvider) {
 	if sp != nil {
 		n := max(sp.ConnRequestPrefix(), tcp.CommonHeaderSize)
 		if err := rd.Ensure(n); err != nil {
-			t.log.Debug("nvmeof: connection closed before its first bytes", "peer", c.RemoteAddr(), "err", err)
+			p.refuse(nvmeof.TrTypeTCP, p.setupFailure(portNoICReq), peer, err)
 			return
 		}
 		if sp.IsConnRequest(rd.Buffered()[:sp.ConnRequestPrefix()]) {
@@ -118,7 +122,7 @@ func (p *Port) serveStream(c net.Conn, sp rdma.StreamProvider) {
 			c.SetReadDeadline(time.Time{})
 			req, err := sp.ServeConn(p.ctx, c, rest)
 			if err != nil {
-				t.log.Info("nvmeof: RDMA connection request failed", "peer", c.RemoteAddr(), "err", err)
+				p.refuse(nvmeof.TrTypeRDMA, p.setupFailure(portAcceptFailed), peer, err)
 				return
 			}
 			p.serveConn(req)
@@ -127,7 +131,31 @@ func (p *Port) serveStream(c net.Conn, sp rdma.StreamProvider) {
 	}
 	q := &tcpQueue{p: p, c: c, rd: rd}
 	rd.BeforeRead = q.beforeRead
-	q.end(p.endReason(q.run()))
+	if err := q.initConn(); err != nil {
+		why := portNoICReq
+		if _, ok := errors.AsType[*tcp.Error](err); ok {
+			why = portICReq
+		}
+		p.refuse(nvmeof.TrTypeTCP, p.setupFailure(why), peer, err)
+		return
+	}
+	defer p.accepted(nvmeof.TrTypeTCP, peer, "hdgst", q.hdgst, "ddgst", q.ddgst)()
+	err := q.run()
+	if te, ok := errors.AsType[*tcp.Error](err); ok && q.sq == nil {
+		// Before its first command: no queue to log its end.
+		p.t.log.Warn("nvmeof: queue ended on a transport error", "port", p.cfg.ID, "transport", TransportTCP, "peer", peer,
+			"reason", reasonTransportError, "err", err, "fes", tcp.FESName(te.FES))
+	}
+	q.end(p.endReason(err), err)
+}
+
+// setupFailure is why a connection that failed before it carried a
+// queue counts as refused: why, unless the port was closing.
+func (p *Port) setupFailure(why portReason) portReason {
+	if p.closing() {
+		return portShuttingDown
+	}
+	return why
 }
 
 // tcpReq is a request slot's state in the TCP binding.
@@ -198,11 +226,9 @@ type tcpQueue struct {
 	term   [tcp.MaxTermReqSize]byte
 }
 
-// run reads the connection's PDUs until it fails or closes.
+// run reads the connection's PDUs, once initialized, until it fails or
+// closes.
 func (q *tcpQueue) run() error {
-	if err := q.initConn(); err != nil {
-		return err
-	}
 	for {
 		if err := q.next(); err != nil {
 			return err
@@ -274,7 +300,6 @@ func (q *tcpQueue) initConn() error {
 	if _, err := q.c.Write(resp[:]); err != nil {
 		return fmt.Errorf("sending ICResp: %w", err)
 	}
-	q.p.t.log.Debug("nvmeof: tcp connection initialized", "peer", q.c.RemoteAddr(), "hdgst", q.hdgst, "ddgst", q.ddgst, "hpda", f.PDA)
 	return nil
 }
 
@@ -337,7 +362,7 @@ func (q *tcpQueue) bind(s nvmeof.SQE) {
 		q.hooked = true
 	}
 	q.c.SetReadDeadline(time.Time{})
-	p.t.log.Debug("nvmeof: tcp queue bound", "qid", qid, "depth", depth, "peer", q.c.RemoteAddr())
+	p.t.log.Debug("nvmeof: tcp queue bound", q.sq.logAttrs("depth", depth)...)
 }
 
 // take returns a free slot, or -1.
@@ -403,8 +428,8 @@ func (q *tcpQueue) readData(x *tcpReq, dst []byte, digest bool) error {
 		return err
 	}
 	if got, want := tcp.GetDigest(q.ddBuf[:]), tcp.Digest(dst); got != want {
-		q.p.t.log.Info("nvmeof: tcp data digest error", "peer", q.c.RemoteAddr(), "qid", q.sq.qid,
-			"cid", nvmeof.SQE(x.sqe[:]).CID(), "got", fmt.Sprintf("%#08x", got), "want", fmt.Sprintf("%#08x", want))
+		q.p.t.log.Info("nvmeof: tcp data digest error", q.sq.logAttrs("cid", nvmeof.SQE(x.sqe[:]).CID(),
+			"got", fmt.Sprintf("%#08x", got), "want", fmt.Sprintf("%#08x", want))...)
 		x.ddErr = true
 	}
 	return nil
@@ -630,19 +655,19 @@ func (q *tcpQueue) fatal(e *tcp.Error) error {
 		q.werr = fmt.Errorf("terminated: %w", e)
 	}
 	q.mu.Unlock()
-	q.p.t.log.Info("nvmeof: tcp protocol error, terminating the connection", "peer", q.c.RemoteAddr(), "fes", tcp.FESName(e.FES), "fei", e.FEI, "err", e.Err)
 	q.c.Close()
 	return e
 }
 
-// end tears the queue down once its receiver stopped: the core first
-// (workers may still respond), then the connection.
-func (q *tcpQueue) end(reason string) {
+// end tears the queue down once its receiver stopped, for reason and err
+// (Port.endReason): the core first (workers may still respond), then the
+// connection.
+func (q *tcpQueue) end(reason string, err error) {
 	q.c.Close()
 	if q.sq == nil {
 		return
 	}
-	q.sq.shutdown(reason)
+	q.sq.shutdown(reason, err)
 	q.sq.close()
 	for i := range q.slots {
 		q.slots[i].abandon()

@@ -27,9 +27,19 @@ import (
 // the given transport.
 func tcpTarget(t testing.TB, size int64, tr Transport) (*Target, *Port) {
 	t.Helper()
-	cfg := Config{Logger: slog.New(slog.DiscardHandler)}
-	if os.Getenv("RDISK_TEST_LOG") != "" {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return tcpTargetLog(t, size, tr, nil)
+}
+
+// tcpTargetLog is tcpTarget logging to log (nil: nowhere, or to stderr
+// with RDISK_TEST_LOG set).
+func tcpTargetLog(t testing.TB, size int64, tr Transport, log *slog.Logger) (*Target, *Port) {
+	t.Helper()
+	cfg := Config{Logger: log}
+	if log == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+		if os.Getenv("RDISK_TEST_LOG") != "" {
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
 	}
 	if tr != TransportTCP {
 		p, err := iwarp.New(iwarp.Config{})
