@@ -44,6 +44,19 @@
 // disconnect); Port.SetACL replaces a port's ACL for new logins;
 // Port.LUNs lists its LUN map.
 //
+// Metrics, logs and drain: Target.Stats returns counters for a metrics
+// collector (logins, logins refused and channels ended by reason, from
+// fixed documented sets, commands by descriptor format, the channels
+// live); they move once per login, channel or IU, with atomics where the
+// IU is handled anyway. The logger gets each channel logged in and ended
+// (info, with the keys channel, port, initiator, peer, depth, reason) and
+// each refused login (warning, with the peer, the port IDs and the
+// reason). Target.Drain closes the listeners, refuses logins
+// (RejInsufficientResources), stops granting credits and logs each
+// channel out (SRP_T_LOGOUT) once its commands in flight were answered;
+// what is left when its context ends is disconnected and named in its
+// error.
+//
 // One goroutine per channel polls its CQ, parses IUs and posts RDMA
 // operations; commands on disks that never block (RAM, null) run there,
 // others on Config.Workers goroutines per channel. Target and Port methods

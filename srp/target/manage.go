@@ -99,8 +99,8 @@ func (t *Target) CloseChannel(id uint64) error {
 	if found == nil {
 		return fmt.Errorf("srp: no channel %d", id)
 	}
-	found.log.Info("srp: closing channel", "initiator", found.ipid, "reason", "closed by the administrator")
-	found.logout(srp.TLogoutNoReason)
+	found.log.Info("srp: closing channel", "reason", "closed by the administrator")
+	found.logoutFor(srp.TLogoutNoReason, endAdmin)
 	select {
 	case <-found.ended:
 		return nil
@@ -117,7 +117,7 @@ func (p *Port) SetACL(allowed []string, allowAny bool) error {
 		return err
 	}
 	p.acl.Store(&portACL{any: allowAny, entries: acl})
-	p.t.log.Info("srp: ACL set", "target", p.id, "allowed", allowed, "allow_any", allowAny)
+	p.t.log.Info("srp: ACL set", "port", p.id.String(), "allowed", allowed, "allow_any", allowAny)
 	return nil
 }
 

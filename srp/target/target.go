@@ -158,36 +158,88 @@ type Target struct {
 	listeners []rdma.Listener
 	closed    bool
 
+	// draining is set by Drain: logins are refused and channels get no
+	// more credits.
+	draining atomic.Bool
+
 	stats struct {
 		logins, rejects, ilogouts, tlogouts                        atomic.Uint64
 		commands, direct, indirect, external, immediate, tmfs, aer atomic.Uint64
 		credReqs                                                   atomic.Uint64
+		rejectsBy                                                  [nRejectReasons]atomic.Uint64
+		closed                                                     [nEndReasons]atomic.Uint64
 	}
 }
 
-// Stats counts what a target has done since it started.
+// Stats counts what a target has done since it started, for a metrics
+// collector (Target.Stats reads it at scrape time). Each map holds every
+// key of its fixed set (zero when nothing happened).
 type Stats struct {
 	Logins       uint64 // channels logged in
 	LoginRejects uint64 // logins refused with SRP_LOGIN_REJ
-	ILogouts     uint64 // SRP_I_LOGOUT received
-	TLogouts     uint64 // SRP_T_LOGOUT sent
-	Commands     uint64 // SRP_CMD received
+	// LoginRejectsByReason splits LoginRejects by reason:
+	//
+	//	not_found      no target port with the login's identifier (or
+	//	               it was removed): RejUnableAssociateChannel
+	//	forbidden      the initiator is not in the port's ACL
+	//	bad_request    a malformed login request, an IU length out of
+	//	               range, buffer formats not supported, a reserved
+	//	               multi-channel action
+	//	channel_limit  MaxChannels reached, or multichannel refused
+	//	no_resources   the channel's queue or SCSI session could not be
+	//	               set up
+	//	shutting_down  the target is draining or closing
+	//	               (RejInsufficientResources, as Linux srpt answers
+	//	               for a disabled port)
+	LoginRejectsByReason map[string]uint64
+	ILogouts             uint64 // SRP_I_LOGOUT received
+	TLogouts             uint64 // SRP_T_LOGOUT sent
+	Commands             uint64 // SRP_CMD received
 	// Commands by data descriptor format: Direct, Indirect (table in the
 	// IU), External (indirect table fetched with RDMA Read), Immediate.
 	Direct, Indirect, External, Immediate uint64
 	TaskMgmt                              uint64 // SRP_TSK_MGMT received
 	CredReqs                              uint64 // SRP_CRED_REQ sent
 	AERs                                  uint64 // SRP_AER_REQ sent
+	// ChannelsClosed are the logged-in channels that ended, by reason:
+	//
+	//	logout           the initiator logged out (SRP_I_LOGOUT)
+	//	connection_lost  the connection failed or the initiator closed it
+	//	protocol_error   the target logged it out for a protocol error
+	//	                 (an invalid IU, an unexpected response, a
+	//	                 descriptor format not supported)
+	//	reinstated       a login with MULTI-CHANNEL ACTION 0 of its
+	//	                 initiator port replaced it
+	//	admin            CloseChannel or RemovePort ended it
+	//	drain            Drain ended it
+	//	shutdown         Close ended it
+	//
+	// The first cause wins.
+	ChannelsClosed map[string]uint64
+	// Live is the number of channels logged in now.
+	Live int
 }
 
-// Stats returns the target's counters.
+// Stats returns the target's counters and the number of live channels.
 func (t *Target) Stats() Stats {
 	c := &t.stats
-	return Stats{
+	st := Stats{
 		Logins: c.logins.Load(), LoginRejects: c.rejects.Load(), ILogouts: c.ilogouts.Load(), TLogouts: c.tlogouts.Load(),
 		Commands: c.commands.Load(), Direct: c.direct.Load(), Indirect: c.indirect.Load(), External: c.external.Load(),
 		Immediate: c.immediate.Load(), TaskMgmt: c.tmfs.Load(), CredReqs: c.credReqs.Load(), AERs: c.aer.Load(),
+		LoginRejectsByReason: make(map[string]uint64, nRejectReasons),
+		ChannelsClosed:       make(map[string]uint64, nEndReasons-1),
 	}
+	for i, n := range rejectNames {
+		st.LoginRejectsByReason[n] = c.rejectsBy[i].Load()
+	}
+	for i := endUnset + 1; i < nEndReasons; i++ {
+		st.ChannelsClosed[endNames[i]] = c.closed[i].Load()
+	}
+	for _, p := range t.Ports() {
+		st.Live += p.liveChannels()
+	}
+	return st
 }
 
 // New returns a target with no ports. Add ports with AddPort, then
@@ -340,12 +392,15 @@ func (t *Target) RemovePort(id srp.PortID) error {
 	if p == nil {
 		return fmt.Errorf("srp: no target port %s", id)
 	}
-	p.logoutAll(srp.TLogoutNoReason)
+	p.logoutAll(srp.TLogoutNoReason, endAdmin)
 	return nil
 }
 
 // ErrClosed is returned after Target.Close.
 const ErrClosed = errorString("srp: target closed")
+
+// ErrDraining is returned by Listen after Target.Drain.
+const ErrDraining = errorString("srp: target draining")
 
 // Listen starts an RDMA/CM listener on addr ("host:port"; port 0 picks a
 // free one) and serves logins on it in the background until ctx is done or
@@ -356,10 +411,13 @@ func (t *Target) Listen(ctx context.Context, p rdma.Provider, addr string) (net.
 		return nil, fmt.Errorf("srp: listening on %s: %w", addr, err)
 	}
 	t.mu.Lock()
-	if t.closed {
+	if t.closed || t.draining.Load() {
 		t.mu.Unlock()
 		l.Close()
-		return nil, ErrClosed
+		if t.closed {
+			return nil, ErrClosed
+		}
+		return nil, ErrDraining
 	}
 	t.listeners = append(t.listeners, l)
 	t.mu.Unlock()
@@ -437,7 +495,7 @@ func (t *Target) Close() error {
 	}
 	var chs []*channel
 	for _, p := range ports {
-		chs = append(chs, p.logoutAll(srp.TLogoutNoReason)...)
+		chs = append(chs, p.logoutAll(srp.TLogoutNoReason, endShutdown)...)
 	}
 	// Each channel ends once its SRP_T_LOGOUT was sent; those that do not
 	// within the bound are cut.
@@ -534,8 +592,9 @@ func (p *Port) Channels() int {
 	return n
 }
 
-// logoutAll logs every channel of the port out and returns them.
-func (p *Port) logoutAll(r srp.TLogoutReason) []*channel {
+// logoutAll logs every channel of the port out (why: the Stats reason)
+// and returns them.
+func (p *Port) logoutAll(r srp.TLogoutReason, why endReason) []*channel {
 	p.mu.Lock()
 	p.removed = true
 	var chs []*channel
@@ -544,9 +603,24 @@ func (p *Port) logoutAll(r srp.TLogoutReason) []*channel {
 	}
 	p.mu.Unlock()
 	for _, ch := range chs {
-		ch.logout(r)
+		ch.logoutFor(r, why)
 	}
 	return chs
+}
+
+// liveChannels is the number of the port's channels logged in.
+func (p *Port) liveChannels() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, nx := range p.nexuses {
+		for _, ch := range nx.channels {
+			if ch.live.Load() {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // allowed checks the ACL.
@@ -578,34 +652,36 @@ func (p *Port) allowed(ipid srp.PortID, remote net.Addr) bool {
 
 // login handles one RDMA/CM connect request: the SRP login.
 func (t *Target) login(prov rdma.Provider, req rdma.ConnRequest) {
-	t.log.Debug("srp: login request", "peer", req.RemoteAddr(), "ird", req.ResponderResources(), "ord", req.InitiatorDepth(),
+	t.log.Debug("srp: login request", "peer", addrString(req.RemoteAddr()), "ird", req.ResponderResources(), "ord", req.InitiatorDepth(),
 		"private_data", hex.EncodeToString(req.PrivateData()))
 	f, err := srp.ParseLoginReqRDMA(req.PrivateData())
 	if err != nil {
-		t.reject(req, 0, srp.RejUnableEstablishChannel, err)
+		t.reject(req, nil, srp.RejUnableEstablishChannel, rejBadRequest, err)
 		return
 	}
 	cfg := &t.cfg
-	switch {
-	case f.ReqITIULen < srp.MinITIULen || f.ReqITIULen > uint32(cfg.MaxIULen):
-		t.reject(req, f.Tag, srp.RejITIULenTooLarge, fmt.Errorf("it_iu_len %d out of range %d..%d", f.ReqITIULen, srp.MinITIULen, cfg.MaxIULen))
-		return
-	case f.ReqBufFmt&^cfg.supportedFormats() != 0:
-		t.reject(req, f.Tag, srp.RejUnsupportedDescFormat, fmt.Errorf("required buffer formats %#x, supported %#x", f.ReqBufFmt, cfg.supportedFormats()))
-		return
-	case f.MultiChannel() > srp.MultiChanMulti:
-		t.reject(req, f.Tag, srp.RejUnableEstablishChannel, fmt.Errorf("reserved multi-channel action %d", f.MultiChannel()))
-		return
-	}
 	t.mu.Lock()
+	closed := t.closed
 	p := t.ports[f.TargetPortID]
 	t.mu.Unlock()
-	if p == nil {
-		t.reject(req, f.Tag, srp.RejUnableAssociateChannel, fmt.Errorf("no target port %s", f.TargetPortID))
+	switch {
+	case closed || t.draining.Load():
+		t.reject(req, &f, srp.RejInsufficientResources, rejShuttingDown, errors.New("the target is shutting down"))
 		return
-	}
-	if !p.allowed(f.InitiatorPortID, req.RemoteAddr()) {
-		t.reject(req, f.Tag, srp.RejUnableEstablishChannel, fmt.Errorf("initiator %s at %s is not in the ACL of %s", f.InitiatorPortID, req.RemoteAddr(), p.id))
+	case f.ReqITIULen < srp.MinITIULen || f.ReqITIULen > uint32(cfg.MaxIULen):
+		t.reject(req, &f, srp.RejITIULenTooLarge, rejBadRequest, fmt.Errorf("it_iu_len %d out of range %d..%d", f.ReqITIULen, srp.MinITIULen, cfg.MaxIULen))
+		return
+	case f.ReqBufFmt&^cfg.supportedFormats() != 0:
+		t.reject(req, &f, srp.RejUnsupportedDescFormat, rejBadRequest, fmt.Errorf("required buffer formats %#x, supported %#x", f.ReqBufFmt, cfg.supportedFormats()))
+		return
+	case f.MultiChannel() > srp.MultiChanMulti:
+		t.reject(req, &f, srp.RejUnableEstablishChannel, rejBadRequest, fmt.Errorf("reserved multi-channel action %d", f.MultiChannel()))
+		return
+	case p == nil:
+		t.reject(req, &f, srp.RejUnableAssociateChannel, rejNotFound, fmt.Errorf("no target port %s", f.TargetPortID))
+		return
+	case !p.allowed(f.InitiatorPortID, req.RemoteAddr()):
+		t.reject(req, &f, srp.RejUnableEstablishChannel, rejForbidden, fmt.Errorf("initiator %s at %s is not in the ACL of %s", f.InitiatorPortID, req.RemoteAddr(), p.id))
 		return
 	}
 	p.mu.Lock()
@@ -617,11 +693,11 @@ func (t *Target) login(prov rdma.Provider, req rdma.ConnRequest) {
 	p.mu.Unlock()
 	if f.MultiChannel() == srp.MultiChanMulti && existing > 0 {
 		if cfg.MaxChannels == 1 {
-			t.reject(req, f.Tag, srp.RejMultiChannelUnsupp, fmt.Errorf("multichannel login, channels limited to 1"))
+			t.reject(req, &f, srp.RejMultiChannelUnsupp, rejChannelLimit, fmt.Errorf("multichannel login, channels limited to 1"))
 			return
 		}
 		if existing >= cfg.MaxChannels {
-			t.reject(req, f.Tag, srp.RejChannelLimitReached, fmt.Errorf("%d channels already", existing))
+			t.reject(req, &f, srp.RejChannelLimitReached, rejChannelLimit, fmt.Errorf("%d channels already", existing))
 			return
 		}
 	}
@@ -631,14 +707,12 @@ func (t *Target) login(prov rdma.Provider, req rdma.ConnRequest) {
 	}
 	ch, err := t.newChannel(prov, p, f, immOff, req.RemoteAddr())
 	if err != nil {
-		t.reject(req, f.Tag, srp.RejInsufficientResources, err)
+		t.reject(req, &f, srp.RejInsufficientResources, rejNoResources, err)
 		return
 	}
 	terminated, err := p.attach(ch, f.MultiChannel() == srp.MultiChanSingle)
 	if err != nil {
-		reason := srp.RejInsufficientResources
-		errors.As(err, &reason)
-		t.reject(req, f.Tag, reason, err)
+		t.refuse(req, &f, err)
 		ch.end("login rejected")
 		return
 	}
@@ -662,13 +736,14 @@ func (t *Target) login(prov rdma.Provider, req rdma.ConnRequest) {
 	ch.mu.Unlock()
 	err = req.Accept(ch.ctx, ch.q.QP(), rdma.ConnParam{PrivateData: rsp, ResponderResources: 4, InitiatorDepth: readDepth(cfg.RDMAReadDepth, req.ResponderResources())})
 	if err != nil {
-		t.log.Info("srp: accept failed", "initiator", f.InitiatorPortID, "peer", req.RemoteAddr(), "err", err)
+		ch.log.Info("srp: accept failed", "err", err)
 		ch.end("accept failed")
 		return
 	}
 	t.stats.logins.Add(1)
-	t.log.Info("srp: login", "channel", ch.id, "initiator", f.InitiatorPortID, "target", p.id, "peer", req.RemoteAddr(),
-		"credits", ch.depth, "it_iu_len", f.ReqITIULen, "imm_data_offset", immOff, "multichannel", f.MultiChannel())
+	ch.live.Store(true)
+	ch.log.Info("srp: channel logged in", "depth", ch.depth, "it_iu_len", f.ReqITIULen, "imm_data_offset", immOff,
+		"multichannel", f.MultiChannel())
 	ch.run()
 }
 
@@ -681,15 +756,6 @@ func readDepth(want, peerIRD int) int {
 	return min(want, peerIRD)
 }
 
-// reject refuses a login with an SRP_LOGIN_REJ.
-func (t *Target) reject(req rdma.ConnRequest, tag uint64, r srp.RejectReason, why error) {
-	t.stats.rejects.Add(1)
-	t.log.Info("srp: login rejected", "peer", req.RemoteAddr(), "reason", r.String(), "detail", why)
-	b := make([]byte, srp.LoginRejSize)
-	srp.LoginRej(b).Encode(&srp.LoginRejFields{Reason: r, Tag: tag, BufFmt: t.cfg.supportedFormats()})
-	req.Reject(b)
-}
-
 // attach adds a new channel to its nexus, creating the nexus and its SCSI
 // session for the first channel. With single (MULTI-CHANNEL ACTION 0) the
 // other channels of the nexus are logged out; terminated reports whether
@@ -698,7 +764,13 @@ func (p *Port) attach(ch *channel, single bool) (terminated bool, err error) {
 	p.mu.Lock()
 	if p.removed {
 		p.mu.Unlock()
-		return false, fmt.Errorf("%w: target port %s was removed", srp.RejUnableAssociateChannel, p.id)
+		return false, &refusal{srp.RejUnableAssociateChannel, rejNotFound, fmt.Errorf("target port %s was removed", p.id)}
+	}
+	if p.t.draining.Load() {
+		// Drain looks for channels under p.mu after it set draining:
+		// none attaches unseen.
+		p.mu.Unlock()
+		return false, &refusal{srp.RejInsufficientResources, rejShuttingDown, errors.New("the target is draining")}
 	}
 	nx := p.nexuses[ch.ipid]
 	if nx == nil {
@@ -711,7 +783,7 @@ func (p *Port) attach(ch *channel, single bool) (terminated bool, err error) {
 		})
 		if err != nil {
 			p.mu.Unlock()
-			return false, fmt.Errorf("%w: %v", srp.RejUnableEstablishChannel, err)
+			return false, &refusal{srp.RejUnableEstablishChannel, rejNoResources, err}
 		}
 		nx = &nexus{port: p, ipid: ch.ipid, sess: sess}
 		p.nexuses[ch.ipid] = nx
@@ -722,7 +794,7 @@ func (p *Port) attach(ch *channel, single bool) (terminated bool, err error) {
 	p.mu.Unlock()
 	if single {
 		for _, o := range old {
-			o.logout(srp.TLogoutMultiChannel)
+			o.logoutFor(srp.TLogoutMultiChannel, endReinstated)
 		}
 	}
 	return single && len(old) > 0, nil

@@ -120,6 +120,13 @@ type channel struct {
 	aers       []aerEvent
 	dead       bool
 	loggingOut bool
+	// draining withholds credits (Drain): responses carry a REQUEST
+	// LIMIT DELTA of 0, no SRP_CRED_REQ is sent.
+	draining bool
+	detail   string // what ended the channel, first cause (shutdown, logout)
+
+	live  atomic.Bool   // logged in (accepted): its end is counted and logged
+	cause atomic.Uint32 // endReason, first cause wins (setEnd)
 
 	endOnce sync.Once
 	stop    sync.Once
@@ -146,7 +153,7 @@ func (t *Target) newChannel(prov rdma.Provider, p *Port, f srp.LoginReqFields, i
 		t: t, port: p, id: t.chanID.Add(1), ipid: f.InitiatorPortID, peer: peer,
 		depth: cfg.QueueDepth, iuLen: int(f.ReqITIULen), immOff: immOff, ended: make(chan struct{}), since: time.Now(),
 	}
-	ch.log = t.log.With("channel", ch.id)
+	ch.log = t.log.With("channel", ch.id, "port", p.id.String(), "initiator", ch.ipid.String(), "peer", addrString(peer))
 	ch.ctx, ch.cancel = context.WithCancel(t.ctx)
 	ch.tiLen = min(int(f.ReqITIULen), srp.RspSize+scsi.SenseBufferLen)
 	nslots := 2 * ch.depth
@@ -190,10 +197,13 @@ func (ch *channel) shutdown(reason string) {
 	ch.stop.Do(func() {
 		ch.mu.Lock()
 		ch.dead = true
+		if ch.detail == "" {
+			ch.detail = reason
+		}
 		ch.mu.Unlock()
 		ch.q.Disconnect()
 		ch.cancel()
-		ch.log.Info("srp: channel closing", "initiator", ch.ipid, "reason", reason)
+		ch.log.Debug("srp: channel closing", "reason", reason)
 	})
 }
 
@@ -209,6 +219,9 @@ func (ch *channel) end(reason string) {
 			}
 		}
 		ch.shutdown(reason)
+		if ch.live.Load() {
+			ch.countEnd() // before it leaves its nexus: Stats.Live follows
+		}
 		ch.port.detach(ch)
 		ch.pool.Close()
 		ch.wg.Wait()
@@ -222,6 +235,9 @@ func (ch *channel) end(reason string) {
 func (ch *channel) run() {
 	switch err := ch.q.Run(ch.ctx); {
 	case errors.Is(err, context.Canceled):
+		if ch.t.ctx.Err() != nil {
+			ch.setEnd(endShutdown)
+		}
 		ch.shutdown("target closing")
 	case err != nil:
 		ch.shutdown(err.Error())
@@ -258,7 +274,8 @@ func (ch *channel) Recv(m rdmaq.Msg) error {
 		}
 	case srp.OpILogout:
 		ch.t.stats.ilogouts.Add(1)
-		ch.log.Info("srp: initiator logout", "initiator", ch.ipid)
+		ch.setEnd(endLogout)
+		ch.log.Debug("srp: initiator logout")
 		return errILogout
 	default:
 		ch.log.Info("srp: invalid IU", "op", op, "bytes", m.Len)
@@ -296,8 +313,12 @@ func (ch *channel) repost(s *slot) {
 	ch.pending++
 }
 
-// takeCredits returns the credits to put in an IU sent now (mu held).
+// takeCredits returns the credits to put in an IU sent now (mu held):
+// none while draining.
 func (ch *channel) takeCredits() int32 {
+	if ch.draining {
+		return 0
+	}
 	d := ch.pending
 	ch.pending = 0
 	ch.granted += int64(d)
@@ -311,7 +332,7 @@ func (ch *channel) lowWater() int64 { return int64(max(1, ch.depth/4)) }
 // maybeCredReq sends an SRP_CRED_REQ when credits are pending and no
 // response will carry them soon, or the initiator runs low (mu held).
 func (ch *channel) maybeCredReq() {
-	if ch.pending <= 0 || ch.treqOut || ch.dead || ch.loggingOut {
+	if ch.pending <= 0 || ch.treqOut || ch.dead || ch.loggingOut || ch.draining {
 		return
 	}
 	if ch.responders > 0 && ch.granted-ch.consumed > ch.lowWater() {
@@ -365,22 +386,45 @@ func (ch *channel) queueAER(lun uint64, asc scsi.ASC) {
 }
 
 // logout sends SRP_T_LOGOUT and disconnects once it is sent (or after a
-// second). Safe from any goroutine.
-func (ch *channel) logout(r srp.TLogoutReason) {
+// second); the channel's end counts as endForLogout(r). Safe from any
+// goroutine.
+func (ch *channel) logout(r srp.TLogoutReason) { ch.logoutFor(r, endForLogout(r)) }
+
+// logoutFor is logout with the reason the channel's end counts as.
+func (ch *channel) logoutFor(r srp.TLogoutReason, why endReason) {
 	ch.mu.Lock()
 	if ch.dead || ch.loggingOut {
 		ch.mu.Unlock()
 		return
 	}
 	ch.loggingOut = true
+	ch.setEnd(why)
+	if ch.detail == "" {
+		ch.detail = "target logout: " + r.String()
+	}
 	ch.t.stats.tlogouts.Add(1)
 	srp.EncodeTLogout(ch.q.CtlBuf(ctlLogout), &srp.TLogoutFields{Reason: r})
 	err := ch.q.SendCtl(ctlLogout, srp.TLogoutSize, 0)
 	ch.mu.Unlock()
-	ch.log.Info("srp: target logout", "initiator", ch.ipid, "reason", r.String())
+	ch.log.Debug("srp: target logout", "reason", r.String())
 	if err != nil || ch.q.QP().State() != rdma.QPConnected {
 		ch.shutdown("target logout: " + r.String())
 		return
 	}
 	time.AfterFunc(time.Second, func() { ch.shutdown("target logout: " + r.String()) })
+}
+
+// freeze withholds the channel's credits from now on (Drain).
+func (ch *channel) freeze() {
+	ch.mu.Lock()
+	ch.draining = true
+	ch.mu.Unlock()
+}
+
+// inflight is the number of requests that will answer: commands and task
+// management functions received and not yet responded to.
+func (ch *channel) inflight() int {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.responders
 }
