@@ -115,10 +115,14 @@ func (p *Provider) readRequest(ctx context.Context, c net.Conn, rest []byte) (*c
 			// RFC 5044 §7.1: answer a malformed request with a reject.
 			writeReject(c, f.Rev)
 		}
+		if !isProbe(err, rest) {
+			p.st.reject(setupFailure(ctx, err))
+		}
 		return nil, fmt.Errorf("iwarp: reading MPA request: %w", err)
 	}
 	if f.Markers {
 		writeReject(c, f.Rev)
+		p.st.reject(rejectInvalid)
 		return nil, fmt.Errorf("iwarp: peer asked for MPA markers, which rdisk does not support")
 	}
 	return &connReq{p: p, c: c, f: f}, nil
@@ -193,6 +197,7 @@ func (r *connReq) Reject(privateData []byte) error {
 	var err error = rdma.ErrClosed
 	r.once.Do(func() {
 		err = nil
+		r.p.st.reject(rejectLocal)
 		if len(privateData) > rdma.MaxPrivateData {
 			privateData = privateData[:rdma.MaxPrivateData]
 		}
@@ -256,12 +261,14 @@ func (r *connReq) accept(ctx context.Context, qp *qp, prm rdma.ConnParam) error 
 	}
 	if err := qp.bind(r.c, true, rf.CRC, ird, ord, rtr); err != nil {
 		r.c.Close()
+		r.p.st.reject(rejectCanceled)
 		return err
 	}
 	stop := deadlineFromContext(ctx, r.c)
 	_, err := r.c.Write(appendMPA(nil, &rf))
 	stop()
 	if err != nil {
+		r.p.st.reject(setupFailure(ctx, err))
 		qp.fatalIO(fmt.Errorf("iwarp: sending MPA reply: %w", err))
 		return fmt.Errorf("iwarp: sending MPA reply: %w", err)
 	}
@@ -297,7 +304,8 @@ func (q *qp) Connect(ctx context.Context, addr string, prm rdma.ConnParam) ([]by
 		return nil, err
 	}
 
-	cfg := &q.pd.p.cfg
+	p := q.pd.p
+	cfg := &p.cfg
 	timeout := cfg.HandshakeTimeout
 	if timeout <= 0 {
 		timeout = initiatorMPATimeout
@@ -307,6 +315,7 @@ func (q *qp) Connect(ctx context.Context, addr string, prm rdma.ConnParam) ([]by
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
+		p.st.reject(setupFailure(ctx, err))
 		return fail(fmt.Errorf("iwarp: connecting to %s: %w", addr, err))
 	}
 	setNoDelay(c)
@@ -317,12 +326,14 @@ func (q *qp) Connect(ctx context.Context, addr string, prm rdma.ConnParam) ([]by
 	if _, err := c.Write(appendMPA(nil, &req)); err != nil {
 		stop()
 		c.Close()
+		p.st.reject(setupFailure(ctx, err))
 		return fail(fmt.Errorf("iwarp: sending MPA request to %s: %w", addr, err))
 	}
 	rep, err := readMPA(c, nil, true)
 	stop()
 	if err != nil {
 		c.Close()
+		p.st.reject(setupFailure(ctx, err))
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%v)", errMPATimeout, err)
 		}
@@ -330,16 +341,19 @@ func (q *qp) Connect(ctx context.Context, addr string, prm rdma.ConnParam) ([]by
 	}
 	if rep.Reject {
 		c.Close()
+		p.st.reject(rejectMPAReject)
 		return fail(&rdma.RejectError{PrivateData: rep.PrivateData})
 	}
 	if rep.Markers {
 		c.Close()
+		p.st.reject(rejectInvalid)
 		return fail(fmt.Errorf("iwarp: peer %s replied with MPA markers, which rdisk does not support", addr))
 	}
 	if rep.Enhanced {
 		// Relaxed IRD/ORD negotiation (siw relaxed_ird_negotiation).
 		if rep.ORD > cfg.MaxIRD {
 			c.Close()
+			p.st.reject(rejectInvalid)
 			return fail(fmt.Errorf("iwarp: peer %s wants %d outstanding reads, more than the %d we accept", addr, rep.ORD, cfg.MaxIRD))
 		}
 		ird = max(ird, rep.ORD)
@@ -347,6 +361,7 @@ func (q *qp) Connect(ctx context.Context, addr string, prm rdma.ConnParam) ([]by
 	}
 	if err := q.bind(c, false, rep.CRC, ird, ord, rtrNone); err != nil {
 		c.Close()
+		p.st.reject(rejectCanceled)
 		return fail(err)
 	}
 	q.start()

@@ -11,4 +11,13 @@
 // memory with vectored writes. Protocol violations send a Terminate
 // message with the RFC's layer, type and code, move the QP to the error
 // state and flush its outstanding work requests.
+//
+// Provider.Stats returns counters for a metrics exporter: connections,
+// failed setups by reason, FPDUs and payload bytes each way, tagged bytes
+// placed, Terminates by reason, CRC errors and TCP retransmissions. The
+// data path counts per QP without locks or allocation (the transmitter once
+// per vectored write, the receiver before each read from the socket); Stats
+// sums the live QPs and adds a running total of the closed ones. The
+// provider's logger gets each connection established and closed at Debug
+// and each Terminate sent or received at Warn, never a line per FPDU.
 package iwarp

@@ -42,6 +42,7 @@ type Provider struct {
 	log *slog.Logger
 
 	stags stagTable
+	st    provStats
 
 	mu     sync.Mutex
 	qpNum  uint32

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 
 	"github.com/rdisk/rdisk/rdma"
 )
@@ -100,6 +101,7 @@ type qp struct {
 	txExited chan struct{}
 	started  bool
 	flushed  bool
+	cs       connStats
 
 	// Transmitter-owned state (tx.go).
 	tx txState
@@ -188,6 +190,11 @@ func (q *qp) bind(c net.Conn, passive, crc bool, ird, ord int, rtr rtrMode) erro
 		return fmt.Errorf("iwarp: binding connection: QP is %s", q.state)
 	}
 	q.conn, q.passive, q.crc, q.ird, q.ord, q.rtr = c, passive, crc, ird, ord, rtr
+	if sc, ok := c.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			q.cs.rc = rc
+		}
+	}
 	q.rx.rv.Init(c)
 	q.irq = make([]irqEntry, max(ird, 1))
 	q.state = rdma.QPConnected
@@ -202,8 +209,18 @@ func (q *qp) start() {
 	q.mu.Lock()
 	q.started = true
 	q.mu.Unlock()
+	p := q.pd.p
+	p.st.connected(q)
+	p.log.Debug("iwarp: connection established", "qp", q.num, "peer", q.conn.RemoteAddr(), "local", q.conn.LocalAddr(),
+		"passive", q.passive, "crc", q.crc, "ird", q.ird, "ord", q.ord)
 	go q.rxLoop()
 	go q.txLoop()
+}
+
+// closeConn closes the connection, recording its TCP retransmissions first.
+func (q *qp) closeConn() {
+	q.cs.beforeClose()
+	q.conn.Close()
 }
 
 func (q *qp) wakeTx() {
@@ -338,7 +355,7 @@ func (q *qp) fail(err error, term *termError) {
 		return
 	}
 	if term == nil {
-		conn.Close() // unblocks both loops
+		q.closeConn() // unblocks both loops
 	}
 	q.wakeTx()
 }

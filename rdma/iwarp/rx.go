@@ -49,6 +49,27 @@ type rxState struct {
 	recvStatus rdma.Status
 	failedRecv uint64
 	rv         stream.Readv
+
+	// Counts not yet added to c (see rxCounters).
+	pendFPDUs, pendBytes, pendPlaced uint64
+	c                                rxCounters
+}
+
+// publish adds the pending counts to the counters Stats reads. The
+// receiver calls it before each read from the socket and when it exits.
+func (r *rxState) publish() {
+	if r.pendFPDUs != 0 {
+		r.c.fpdus.Add(r.pendFPDUs)
+		r.pendFPDUs = 0
+	}
+	if r.pendBytes != 0 {
+		r.c.bytes.Add(r.pendBytes)
+		r.pendBytes = 0
+	}
+	if r.pendPlaced != 0 {
+		r.c.placed.Add(r.pendPlaced)
+		r.pendPlaced = 0
+	}
 }
 
 func (r *rxState) init() {
@@ -74,6 +95,7 @@ func (q *qp) ensure(n int) error {
 		x.wake = false
 		q.wakeTx()
 	}
+	x.publish()
 	if x.r > 0 {
 		copy(x.buf, x.buf[x.r:x.w])
 		x.w -= x.r
@@ -119,6 +141,7 @@ func (q *qp) readPayload(dst []byte) error {
 // per FPDU.
 func (q *qp) readRest(dst []byte) error {
 	x := &q.rx
+	x.publish()
 	if !x.rv.Ok() {
 		_, err := io.ReadFull(q.conn, dst)
 		return err
@@ -171,6 +194,7 @@ func (q *qp) skip(n int) error {
 
 func (q *qp) rxLoop() {
 	defer close(q.rxExited)
+	defer q.rx.publish()
 	for {
 		err := q.rxOne()
 		if err == nil {
@@ -270,8 +294,13 @@ func (q *qp) rxOne() error {
 	if q.crc {
 		c := crc32.Update(x.crc, x.tab, tr[:pad])
 		if got := binary.LittleEndian.Uint32(tr[pad:]); got != c {
+			q.pd.p.st.crcErrors.Add(1)
 			return rxTerm(termLayerLLP, llpETypeMPA, llpECodeRecvCRC, "CRC %#08x, computed %#08x", got, c)
 		}
+	}
+	x.pendFPDUs++
+	if op != rdmapReadReq {
+		x.pendBytes += uint64(payload)
 	}
 	if x.first {
 		x.first = false
@@ -310,7 +339,11 @@ func (q *qp) rxWrite(stag uint32, to uint64, payload int) error {
 	if dst == nil && code != 0 || dst == nil && payload > 0 {
 		return rxTerm(termLayerDDP, ddpETypeTagged, ddpTaggedCode(code), "RDMA Write of %d bytes at %#x to STag %#x refused", payload, to, stag)
 	}
-	return q.readPayload(dst)
+	if err := q.readPayload(dst); err != nil {
+		return err
+	}
+	q.rx.pendPlaced += uint64(payload)
+	return nil
 }
 
 func (q *qp) rxReadResp(stag uint32, to uint64, payload int, last bool) error {
@@ -330,6 +363,7 @@ func (q *qp) rxReadResp(stag uint32, to uint64, payload int, last bool) error {
 	if err := q.scatter(w.mem, w.placed, payload); err != nil {
 		return err
 	}
+	q.rx.pendPlaced += uint64(payload)
 	w.placed += payload
 	if !last {
 		return nil
@@ -453,6 +487,10 @@ func (q *qp) rxTerminate(qn uint32, payload int) error {
 		return err
 	}
 	te := parseTermCtrl(binary.BigEndian.Uint32(x.buf[x.r:]))
+	x.pendFPDUs++
+	p := q.pd.p
+	p.st.termRecv[termReason(te.Layer, te.EType, te.ECode)].Add(1)
+	p.logTerminate("iwarp: Terminate received", q, te)
 	// The rest (offending headers) is informational; the connection ends.
 	q.mu.Lock()
 	if q.sqHead < q.sqTail {

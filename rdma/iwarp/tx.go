@@ -1,8 +1,10 @@
 package iwarp
 
 import (
+	"context"
 	"encoding/binary"
 	"hash/crc32"
+	"log/slog"
 	"net"
 	"time"
 
@@ -23,7 +25,9 @@ type txState struct {
 	bufs       net.Buffers
 	arena      []byte
 	arenaUsed  int
-	bytes      int
+	bytes      int // payload bytes in the batch
+	fpdus      int // FPDUs in the batch
+	c          txCounters
 	tab        *crc32.Table
 	msn        [3]uint32 // last MSN sent per queue number
 	// staged holds copies of volatile payload for CRC'd FPDUs (allocated
@@ -49,6 +53,15 @@ func (t *txState) reset() {
 	t.arenaUsed = 0
 	t.stagedUsed = 0
 	t.bytes = 0
+	t.fpdus = 0
+}
+
+// sent counts the batch as written.
+func (t *txState) sent() {
+	t.c.fpdus.Add(uint64(t.fpdus))
+	if t.bytes > 0 {
+		t.c.bytes.Add(uint64(t.bytes))
+	}
 }
 
 // stage copies p into the staging buffer and returns the copy.
@@ -119,6 +132,7 @@ func (t *txState) fpdu(hdr []byte, mem [][]byte, off, n int, crc, volatile bool)
 	}
 	t.iov = append(t.iov, tr)
 	t.bytes += n
+	t.fpdus++
 }
 
 // txLoop transmits queued work until the QP fails, then sends a pending
@@ -154,6 +168,7 @@ func (q *qp) txLoop() {
 			q.fatalIO(err)
 			break
 		}
+		q.tx.sent()
 		q.finishBatch()
 	}
 	q.mu.Lock()
@@ -161,10 +176,20 @@ func (q *qp) txLoop() {
 	q.mu.Unlock()
 	if term != nil {
 		q.sendTerminate(term)
-		q.conn.Close()
+		q.closeConn()
 	}
 	<-q.rxExited
 	q.flush()
+	p := q.pd.p
+	p.st.stopped(q)
+	if p.log.Enabled(context.Background(), slog.LevelDebug) {
+		q.mu.Lock()
+		err := q.err
+		q.mu.Unlock()
+		p.log.Debug("iwarp: connection closed", "qp", q.num, "peer", q.conn.RemoteAddr(), "err", err,
+			"fpdus_sent", q.tx.c.fpdus.Load(), "fpdus_received", q.rx.c.fpdus.Load(),
+			"bytes_sent", q.tx.c.bytes.Load(), "bytes_received", q.rx.c.bytes.Load())
+	}
 }
 
 func (q *qp) sendTerminate(term *termError) {
@@ -176,8 +201,15 @@ func (q *qp) sendTerminate(term *termError) {
 	q.tx.fpdu(h, nil, 0, 0, q.crc, false)
 	q.conn.SetWriteDeadline(time.Now().Add(time.Second))
 	q.tx.bufs = q.tx.iov
-	q.tx.bufs.WriteTo(q.conn)
+	_, err := q.tx.bufs.WriteTo(q.conn)
 	q.tx.bufs = nil
+	if err != nil {
+		q.pd.p.log.Debug("iwarp: sending Terminate failed", "qp", q.num, "peer", q.conn.RemoteAddr(), "err", err)
+		return
+	}
+	q.tx.sent()
+	q.pd.p.st.termSent[termReason(term.Layer, term.EType, term.ECode)].Add(1)
+	q.pd.p.logTerminate("iwarp: Terminate sent", q, term)
 }
 
 // buildBatch fills the iovec batch with Read Responses and send-queue work.
