@@ -1,11 +1,15 @@
 package target
 
 import (
+	"net"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rdisk/rdisk/backstore"
+	"github.com/rdisk/rdisk/rdma/iwarp"
+	"github.com/rdisk/rdisk/scsi"
 )
 
 // Prometheus metrics of a running target. Everything is read at scrape
@@ -61,6 +65,44 @@ var (
 		"Logged-in SRP channels.", []string{"port"}, nil)
 	descPortListening = prometheus.NewDesc("rdisk_port_listening",
 		"An NVMe-oF port of the model: 1 listening, 0 disabled.", []string{"port", "trtype", "addr"}, nil)
+	descNSInFlight = prometheus.NewDesc("rdisk_namespace_inflight",
+		"Requests in flight on a namespace's disk.", []string{"subsystem", "nsid"}, nil)
+	descNSErrors = prometheus.NewDesc("rdisk_namespace_errors_total",
+		"Commands to a namespace completed with an error, by protocol and class (NVMe status code type; SCSI sense key or status).",
+		[]string{"subsystem", "nsid", "protocol", "class"}, nil)
+	descNVMeInFlight = prometheus.NewDesc("rdisk_nvme_namespace_inflight",
+		"NVMe-oF I/O commands received for a namespace and not yet completed.", []string{"subsystem", "nsid"}, nil)
+	descConnAccepted = prometheus.NewDesc("rdisk_port_connections_accepted_total",
+		"Transport connections accepted (transport nvme-rdma, nvme-tcp, iscsi-tcp, iscsi-iser; srp: logins; port: the NVMe-oF port ID, the SCSI transports' addresses).",
+		[]string{"transport", "port"}, nil)
+	descConnRejected = prometheus.NewDesc("rdisk_port_connections_rejected_total",
+		"Connections or logins refused, by reason.", []string{"transport", "port", "reason"}, nil)
+	descConnLive = prometheus.NewDesc("rdisk_port_connections",
+		"Connections (NVMe-oF queues, iSCSI sessions, SRP channels) now.", []string{"transport", "port"}, nil)
+	descKeepAlive = prometheus.NewDesc("rdisk_nvme_keepalive_expired_total",
+		"NVMe-oF controllers torn down because their host sent nothing for KATO.", nil, nil)
+	descNVMeConnectRejected = prometheus.NewDesc("rdisk_nvme_connect_rejected_total",
+		"NVMe-oF Fabrics Connect commands refused, by reason.", []string{"reason"}, nil)
+	descAuthFailures = prometheus.NewDesc("rdisk_auth_failures_total",
+		"Failed authentications (NVMe DH-HMAC-CHAP, iSCSI CHAP).", []string{"protocol"}, nil)
+	descControllersCreated = prometheus.NewDesc("rdisk_nvme_controllers_created_total",
+		"NVMe-oF controllers created (discovery included).", nil, nil)
+	descSessionsClosed = prometheus.NewDesc("rdisk_sessions_closed_total",
+		"iSCSI sessions and SRP channels ended, by reason.", []string{"protocol", "reason"}, nil)
+	descIWARPConns = prometheus.NewDesc("rdisk_iwarp_connections",
+		"Connected iWARP QPs of the software RDMA provider.", nil, nil)
+	descIWARPConnRejects = prometheus.NewDesc("rdisk_iwarp_connect_rejects_total",
+		"iWARP connection setups that failed, by reason.", []string{"reason"}, nil)
+	descIWARPFPDUs = prometheus.NewDesc("rdisk_iwarp_fpdus_total",
+		"iWARP FPDUs, by direction.", []string{"dir"}, nil)
+	descIWARPBytes = prometheus.NewDesc("rdisk_iwarp_bytes_total",
+		"iWARP data payload bytes, by direction; placed: tagged payload placed into registered memory.", []string{"dir"}, nil)
+	descIWARPTerminates = prometheus.NewDesc("rdisk_iwarp_terminates_total",
+		"iWARP Terminate messages, by direction and reason (layer, error type and code).", []string{"dir", "reason"}, nil)
+	descIWARPCRC = prometheus.NewDesc("rdisk_iwarp_crc_errors_total",
+		"iWARP FPDUs received with a bad MPA CRC.", nil, nil)
+	descIWARPRetrans = prometheus.NewDesc("rdisk_iwarp_tcp_retransmits_total",
+		"TCP retransmissions of the provider's connections.", nil, nil)
 )
 
 // diskOps names the operations of backstore.Stats.
@@ -81,6 +123,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for k, d := range r.disks {
 		disks[k] = d
 	}
+	lus := make(map[nsKey]*scsi.LU, len(r.lus))
+	for k, lu := range r.lus {
+		lus[k] = lu
+	}
 	r.mu.Unlock()
 	for _, s := range cfg.Subsystems {
 		for _, ns := range s.Namespaces {
@@ -94,6 +140,26 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descNSSize, prometheus.GaugeValue, float64(d.Size()), s.NQN, nsid)
 			if sr, ok := d.(backstore.StatsReporter); ok {
 				collectDiskStats(ch, sr.Stats(), s.NQN, nsid)
+			}
+			if sub := r.T.Subsystem(s.NQN); sub != nil {
+				for _, st := range sub.NamespaceStats() {
+					if st.NSID != ns.NSID {
+						continue
+					}
+					ch <- prometheus.MustNewConstMetric(descNVMeInFlight, prometheus.GaugeValue, float64(st.InFlight), s.NQN, nsid)
+					for class, n := range st.Errors {
+						ch <- prometheus.MustNewConstMetric(descNSErrors, prometheus.CounterValue, float64(n), s.NQN, nsid, "nvme", class)
+					}
+				}
+			}
+			if lu := lus[nsKey{s.NQN, ns.NSID}]; lu != nil {
+				es := lu.ErrorStats()
+				for class, n := range es.BySenseKey {
+					ch <- prometheus.MustNewConstMetric(descNSErrors, prometheus.CounterValue, float64(n), s.NQN, nsid, "scsi", class)
+				}
+				for class, n := range es.ByStatus {
+					ch <- prometheus.MustNewConstMetric(descNSErrors, prometheus.CounterValue, float64(n), s.NQN, nsid, "scsi", class)
+				}
 			}
 			if hr, ok := d.(backstore.HealthReporter); ok {
 				if h, err := hr.Health(); err == nil && h.Supported {
@@ -112,6 +178,21 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			addr, up = lp.Addr().String(), 1
 		}
 		ch <- prometheus.MustNewConstMetric(descPortListening, prometheus.GaugeValue, up, strconv.Itoa(int(p.PortID)), tr, addr)
+	}
+	nst := r.T.Stats()
+	for _, p := range nst.Ports {
+		tr, port := "nvme-"+p.Transport, strconv.Itoa(int(p.ID))
+		ch <- prometheus.MustNewConstMetric(descConnAccepted, prometheus.CounterValue, float64(p.Accepted), tr, port)
+		ch <- prometheus.MustNewConstMetric(descConnLive, prometheus.GaugeValue, float64(p.Live), tr, port)
+		for reason, n := range p.Rejected {
+			ch <- prometheus.MustNewConstMetric(descConnRejected, prometheus.CounterValue, float64(n), tr, port, reason)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descKeepAlive, prometheus.CounterValue, float64(nst.KeepAliveExpired))
+	ch <- prometheus.MustNewConstMetric(descControllersCreated, prometheus.CounterValue, float64(nst.ControllersCreated))
+	ch <- prometheus.MustNewConstMetric(descAuthFailures, prometheus.CounterValue, float64(nst.AuthFailures), "nvme")
+	for reason, n := range nst.ConnectRejected {
+		ch <- prometheus.MustNewConstMetric(descNVMeConnectRejected, prometheus.CounterValue, float64(n), reason)
 	}
 	ctrls := map[string]int{}
 	type hostKey struct{ sub, host, tr string }
@@ -147,6 +228,19 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		for t, n := range sessions {
 			ch <- prometheus.MustNewConstMetric(descISCSISessions, prometheus.GaugeValue, float64(n), t)
 		}
+		ist := r.ISCSI.Stats()
+		portals := addrList(r.ISCSIPortals)
+		for tr, n := range ist.Connections {
+			ch <- prometheus.MustNewConstMetric(descConnAccepted, prometheus.CounterValue, float64(n), "iscsi-"+tr, portals)
+		}
+		for reason, n := range ist.LoginRejects {
+			ch <- prometheus.MustNewConstMetric(descConnRejected, prometheus.CounterValue, float64(n), "iscsi", portals, reason)
+		}
+		ch <- prometheus.MustNewConstMetric(descConnLive, prometheus.GaugeValue, float64(ist.Live), "iscsi", portals)
+		ch <- prometheus.MustNewConstMetric(descAuthFailures, prometheus.CounterValue, float64(ist.LoginRejects["auth_failed"]), "iscsi")
+		for reason, n := range ist.SessionsClosed {
+			ch <- prometheus.MustNewConstMetric(descSessionsClosed, prometheus.CounterValue, float64(n), "iscsi", reason)
+		}
 	}
 	if r.SRP != nil && cfg.SRP != nil {
 		chans := map[string]int{}
@@ -159,7 +253,53 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		for p, n := range chans {
 			ch <- prometheus.MustNewConstMetric(descSRPChannels, prometheus.GaugeValue, float64(n), p)
 		}
+		sst := r.SRP.Stats()
+		addrs := addrList(r.SRPAddrs)
+		ch <- prometheus.MustNewConstMetric(descConnAccepted, prometheus.CounterValue, float64(sst.Logins), "srp", addrs)
+		for reason, n := range sst.LoginRejectsByReason {
+			ch <- prometheus.MustNewConstMetric(descConnRejected, prometheus.CounterValue, float64(n), "srp", addrs, reason)
+		}
+		ch <- prometheus.MustNewConstMetric(descConnLive, prometheus.GaugeValue, float64(sst.Live), "srp", addrs)
+		for reason, n := range sst.ChannelsClosed {
+			ch <- prometheus.MustNewConstMetric(descSessionsClosed, prometheus.CounterValue, float64(n), "srp", reason)
+		}
 	}
+	if ip, ok := r.p.(interface{ Stats() iwarp.Stats }); ok {
+		collectIWARP(ch, ip.Stats())
+	}
+}
+
+// addrList is the port label of the SCSI transports: their listening
+// addresses.
+func addrList(as []net.Addr) string {
+	var b strings.Builder
+	for i, a := range as {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(a.String())
+	}
+	return b.String()
+}
+
+func collectIWARP(ch chan<- prometheus.Metric, st iwarp.Stats) {
+	ch <- prometheus.MustNewConstMetric(descIWARPConns, prometheus.GaugeValue, float64(st.ConnectionsActive))
+	for reason, n := range st.ConnectRejects {
+		ch <- prometheus.MustNewConstMetric(descIWARPConnRejects, prometheus.CounterValue, float64(n), reason)
+	}
+	ch <- prometheus.MustNewConstMetric(descIWARPFPDUs, prometheus.CounterValue, float64(st.FPDUsSent), "tx")
+	ch <- prometheus.MustNewConstMetric(descIWARPFPDUs, prometheus.CounterValue, float64(st.FPDUsReceived), "rx")
+	ch <- prometheus.MustNewConstMetric(descIWARPBytes, prometheus.CounterValue, float64(st.BytesSent), "tx")
+	ch <- prometheus.MustNewConstMetric(descIWARPBytes, prometheus.CounterValue, float64(st.BytesReceived), "rx")
+	ch <- prometheus.MustNewConstMetric(descIWARPBytes, prometheus.CounterValue, float64(st.BytesPlaced), "placed")
+	for reason, n := range st.TerminatesSent {
+		ch <- prometheus.MustNewConstMetric(descIWARPTerminates, prometheus.CounterValue, float64(n), "tx", reason)
+	}
+	for reason, n := range st.TerminatesReceived {
+		ch <- prometheus.MustNewConstMetric(descIWARPTerminates, prometheus.CounterValue, float64(n), "rx", reason)
+	}
+	ch <- prometheus.MustNewConstMetric(descIWARPCRC, prometheus.CounterValue, float64(st.CRCErrors))
+	ch <- prometheus.MustNewConstMetric(descIWARPRetrans, prometheus.CounterValue, float64(st.Retransmits))
 }
 
 func collectDiskStats(ch chan<- prometheus.Metric, st backstore.Stats, sub, nsid string) {
@@ -180,6 +320,7 @@ func collectDiskStats(ch chan<- prometheus.Metric, st backstore.Stats, sub, nsid
 		ch <- prometheus.MustNewConstHistogram(descNSLatency, cum, op.Latency.Sum.Seconds(), buckets, sub, nsid, name)
 	}
 	ch <- prometheus.MustNewConstMetric(descNSRejected, prometheus.CounterValue, float64(st.Rejected), sub, nsid)
+	ch <- prometheus.MustNewConstMetric(descNSInFlight, prometheus.GaugeValue, float64(st.InFlight), sub, nsid)
 }
 
 func collectHealth(ch chan<- prometheus.Metric, h backstore.Health, sub, nsid string) {

@@ -2,6 +2,8 @@ package target
 
 import (
 	"context"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -9,7 +11,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/rdisk/rdisk/blockdev"
+	"github.com/rdisk/rdisk/iser"
+	iserinit "github.com/rdisk/rdisk/iser/initiator"
 	"github.com/rdisk/rdisk/nvmeof/host"
+	"github.com/rdisk/rdisk/scsi"
+	scsihost "github.com/rdisk/rdisk/scsi/host"
 )
 
 // gather scrapes c and returns the metrics of family name whose labels
@@ -72,7 +78,32 @@ func TestMetricsCount(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A SCSI READ past the end of LUN 0 (namespace 1): ILLEGAL REQUEST.
+	h, port, _ := net.SplitHostPort(run.ISCSIPortals[0].String())
+	pn, _ := strconv.Atoi(port)
+	dev, err := iserinit.Open(ctx, iserinit.URL{Transport: iser.TransportTCP, Host: h, Port: pn, Target: "iqn.2026-12.io.rdisk:t"},
+		iserinit.Config{InitiatorName: "iqn.2026-12.io.rdisk:metrics"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	rd := &scsihost.Command{CDB: []byte{0x28, 0, 0xff, 0xff, 0xff, 0, 0, 0, 1, 0}, Data: make([]byte, 512), Dir: scsi.DirIn}
+	if err := scsihost.Do(ctx, dev.Session(), rd); err == nil {
+		t.Fatal("a SCSI read past the end succeeded")
+	}
 	c := run.Collector()
+	if ms := gather(t, c, "rdisk_namespace_errors_total", map[string]string{"subsystem": nqnA, "nsid": "1", "protocol": "scsi", "class": "illegal_request"}); len(ms) != 1 || ms[0].GetCounter().GetValue() != 1 {
+		t.Fatalf("SCSI errors: %v", ms)
+	}
+	if ms := gather(t, c, "rdisk_port_connections_accepted_total", map[string]string{"transport": "nvme-tcp", "port": "1"}); len(ms) != 1 || ms[0].GetCounter().GetValue() < 2 {
+		t.Fatalf("accepted connections: %v", ms)
+	}
+	if ms := gather(t, c, "rdisk_port_connections", map[string]string{"transport": "nvme-tcp", "port": "1"}); len(ms) != 1 || ms[0].GetGauge().GetValue() != 2 {
+		t.Fatalf("live connections (admin and one I/O queue): %v", ms)
+	}
+	if ms := gather(t, c, "rdisk_iwarp_fpdus_total", nil); len(ms) != 2 {
+		t.Fatalf("iwarp FPDU counters: %v", ms)
+	}
 	for _, tc := range []struct {
 		op   string
 		n    uint64
