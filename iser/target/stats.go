@@ -206,9 +206,9 @@ func (t *Target) loginCut(npdus int, err error) (r rejectReason, ok bool) {
 // loginRefused counts and logs a login that did not open a session. log
 // carries the connection's peer and transport.
 func (t *Target) loginRefused(log *slog.Logger, id iser.LoginIdentity, r rejectReason, err error) {
-	t.stats.rejects[r].Add(1)
 	log.Warn("iscsi: login refused", "target", id.TargetName, "initiator", id.InitiatorName, "isid", isidHex(id.ISID),
 		"reason", rejectNames[r], "err", err)
+	t.stats.rejects[r].Add(1) // after the line: a reader of the count finds it
 }
 
 // connLog is the logger of a logged-in connection: log (peer, transport)
@@ -239,12 +239,12 @@ func (t *Target) sessionEnded(c *conn, err error) {
 	if r == endUnset {
 		r = endConnLost
 	}
-	t.stats.closed[r].Add(1)
 	if err == nil || errors.Is(err, io.EOF) {
 		c.log.Info("iscsi: session ended", "reason", endNames[r])
-		return
+	} else {
+		c.log.Info("iscsi: session ended", "reason", endNames[r], "err", err)
 	}
-	c.log.Info("iscsi: session ended", "reason", endNames[r], "err", err)
+	t.stats.closed[r].Add(1) // after the line: a reader of the count finds it
 }
 
 // setEnd records why the connection's session ends, unless a cause was

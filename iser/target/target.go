@@ -485,22 +485,34 @@ func (t *Target) TargetNames() []string { return slices.Clone(t.nodes.Load().ord
 func (t *Target) resolve(id iser.LoginIdentity) (iser.TargetInfo, error) {
 	if t.draining.Load() || t.ctx.Err() != nil {
 		// Drain or Close: service unavailable (03/01), for every login.
-		return iser.TargetInfo{}, fmt.Errorf("the target is shutting down: %w", iser.LoginServiceUnavailable)
+		return iser.TargetInfo{}, refused(iser.LoginServiceUnavailable, "the target is shutting down")
 	}
 	if id.SessionType == iser.SessionDiscovery {
 		return iser.TargetInfo{CHAP: t.cfg.DiscoveryCHAP, MutualCHAP: t.cfg.DiscoveryMutualCHAP}, nil
 	}
 	n := t.node(id.TargetName)
 	if n == nil {
-		return iser.TargetInfo{}, iser.LoginNotFound
+		return iser.TargetInfo{}, refused(iser.LoginNotFound, "no such target")
 	}
 	a := n.access.Load()
 	if !a.admits(id.InitiatorName) {
-		return iser.TargetInfo{}, fmt.Errorf("initiator %s is not in the ACL: %w", id.InitiatorName, iser.LoginForbidden)
+		return iser.TargetInfo{}, refused(iser.LoginForbidden, "the initiator is not in the ACL")
 	}
 	return iser.TargetInfo{Name: n.name, Alias: n.alias, PortalGroupTag: t.cfg.PortalGroupTag,
 		CHAP: a.chap, MutualCHAP: a.mutual}, nil
 }
+
+// refusal is a login Resolve refuses: the status (errors.As finds it) and
+// why, without the status's own text (the login engine adds it).
+type refusal struct {
+	status iser.LoginStatus
+	why    string
+}
+
+func refused(st iser.LoginStatus, why string) error { return &refusal{st, why} }
+
+func (r *refusal) Error() string { return r.why }
+func (r *refusal) Unwrap() error { return r.status }
 
 // sendTargets answers a SendTargets query for an initiator that reached
 // the portal at local.

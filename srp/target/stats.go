@@ -72,8 +72,6 @@ func (r *refusal) Unwrap() error { return r.err }
 // with the peer, the initiator and target port IDs when the request was
 // parsed, the reason and the error) and sent.
 func (t *Target) reject(req rdma.ConnRequest, f *srp.LoginReqFields, r srp.RejectReason, why rejectReason, err error) {
-	t.stats.rejects.Add(1)
-	t.stats.rejectsBy[why].Add(1)
 	args := []any{"peer", addrString(req.RemoteAddr())}
 	var tag uint64
 	if f != nil {
@@ -82,6 +80,8 @@ func (t *Target) reject(req rdma.ConnRequest, f *srp.LoginReqFields, r srp.Rejec
 	}
 	args = append(args, "reason", rejectNames[why], "rej", r.String(), "err", err)
 	t.log.Warn("srp: login refused", args...)
+	t.stats.rejects.Add(1) // after the line: a reader of the count finds it
+	t.stats.rejectsBy[why].Add(1)
 	b := make([]byte, srp.LoginRejSize)
 	srp.LoginRej(b).Encode(&srp.LoginRejFields{Reason: r, Tag: tag, BufFmt: t.cfg.supportedFormats()})
 	req.Reject(b)
@@ -106,11 +106,11 @@ func (ch *channel) countEnd() {
 	if r == endUnset {
 		r = endConnLost
 	}
-	ch.t.stats.closed[r].Add(1)
 	ch.mu.Lock()
 	detail := ch.detail
 	ch.mu.Unlock()
 	ch.log.Info("srp: channel ended", "reason", endNames[r], "err", detail)
+	ch.t.stats.closed[r].Add(1) // after the line: a reader of the count finds it
 }
 
 // addrString is a's string form, "" for none.
