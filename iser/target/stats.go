@@ -19,7 +19,8 @@ type Stats struct {
 	// Connections are the transport connections accepted, by transport:
 	// "tcp" (iSCSI/TCP: a TCP connection whose first bytes were not an
 	// RDMA connection request) and "iser" (an RDMA connection accepted).
-	// Connections that close before sending anything count as "tcp".
+	// One that closes before its first bytes counts as "tcp" only when
+	// Config.Provider is nil (nothing to tell apart), else not at all.
 	Connections map[string]uint64
 	// Logins are the normal sessions opened; DiscoveryLogins the
 	// discovery sessions.
