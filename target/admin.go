@@ -107,6 +107,7 @@ func (r *Running) AdminHandler(reload func() (*Changes, error), log *slog.Logger
 	}
 
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, req *http.Request) { reply(w, r.Status()) })
+	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, req *http.Request) { reply(w, r.IOStats()) })
 	mux.HandleFunc("GET /v1/config", func(w http.ResponseWriter, req *http.Request) {
 		c := r.Config()
 		switch f := req.URL.Query().Get("format"); f {

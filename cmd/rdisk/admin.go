@@ -49,6 +49,7 @@ the difference. The socket speaks HTTP with JSON: curl --unix-socket
 		},
 		Subcommands: []*cli.Command{
 			{Name: "status", Aliases: []string{"ls", "list"}, Usage: "namespaces, ports and the hosts connected over every transport, with counters", Action: adminStatus},
+			topCommand(),
 			{Name: "save", Usage: "print the served configuration, or write it to FILE", ArgsUsage: "[FILE]",
 				Flags:  []cli.Flag{&cli.StringFlag{Name: "format", Value: "rdisk", Usage: "rdisk (rdisk target --config reads it back) or nvmetcli (/etc/nvmet/config.json for Linux nvmet: NVMe-oF only)"}},
 				Action: adminSave},

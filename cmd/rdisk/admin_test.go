@@ -386,3 +386,49 @@ func TestLogFormat(t *testing.T) {
 		t.Fatalf("--log-format xml: %v", err)
 	}
 }
+
+// TestAdminTop: rdisk admin top shows the rates of a namespace written to
+// during its interval, and the host doing it.
+func TestAdminTop(t *testing.T) {
+	t.Parallel()
+	_, addr, sock := startAdminTarget(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ctrl, err := host.Connect(ctx, nil, addr, adminNQN, host.Config{Transport: host.TransportTCP, HostNQN: cliHost, HostID: [16]byte{7}, IOQueues: 1, QueueDepth: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctrl.Close()
+	ns, err := ctrl.Namespace(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	writing := make(chan struct{})
+	go func() {
+		defer close(writing)
+		buf := make([]byte, 4096)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			blockdev.WriteAt(ns, buf, int64(i%1024)*4096)
+		}
+	}()
+	out, err := func() (string, error) {
+		defer func() { close(stop); <-writing }()
+		return admin0(t, sock, "top", "--interval", "300ms", "--count", "2")
+	}()
+	t.Log(out)
+	if err != nil || !strings.Contains(out, "WRITE IOPS") || !strings.Contains(out, cliHost) || !strings.Contains(out, adminNQN+"  1 ") {
+		t.Fatalf("admin top: %v\n%s", err, out)
+	}
+}
+
+func admin0(t *testing.T, sock string, args ...string) (string, error) {
+	t.Helper()
+	out, errOut, err := runCLI(t, append([]string{"admin", "--socket", sock}, args...)...)
+	return out + errOut, err
+}
