@@ -69,17 +69,53 @@ type aerSlot struct {
 	r *request
 }
 
-func (c *controller) ready() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.csts.RDY()
-}
-
 // traffic restarts the keep-alive timer (traffic based keep alive, TBKAS).
 func (c *controller) traffic() {
 	c.mu.Lock()
 	c.lastSeen = time.Now()
 	c.mu.Unlock()
+}
+
+// admit takes a command received on q: it is traffic (TBKAS), and an I/O
+// command (io) counts in q.admitted. It refuses (ok false) every command
+// once the controller is torn down (its queues' connections are ending)
+// and I/O commands while the target drains. ready is CSTS.RDY. One lock
+// per command, which traffic and ready each took before.
+func (c *controller) admit(q *sq, io bool) (ready, ok bool) {
+	c.mu.Lock()
+	if c.dead || io && c.quiesced {
+		c.mu.Unlock()
+		return false, false
+	}
+	c.lastSeen = time.Now()
+	if io {
+		q.admitted++
+	}
+	ready = c.csts.RDY()
+	c.mu.Unlock()
+	return ready, true
+}
+
+// quiesce makes c's I/O queues drop the commands they receive from now on
+// (Target.Drain).
+func (c *controller) quiesce() {
+	c.mu.Lock()
+	c.quiesced = true
+	c.mu.Unlock()
+}
+
+// inFlight returns the I/O commands c's queues began and did not
+// complete.
+func (c *controller) inFlight() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n int64
+	for qid, q := range c.queues {
+		if qid != 0 {
+			n += int64(q.admitted - q.stats.commands.Load())
+		}
+	}
+	return n
 }
 
 // armKeepAliveLocked (re)starts keep-alive enforcement for kato (0 disables it).
@@ -117,7 +153,11 @@ func (c *controller) checkKeepAlive() {
 // teardown disconnects every queue and frees the controller ID, for
 // reason (see reasonKeepAlive...) and err, its detail if any. It reports
 // whether it did: false when the controller was torn down already.
-func (c *controller) teardown(reason string, err error) bool {
+func (c *controller) teardown(reason string, err error) bool { return c.end(reason, err, false) }
+
+// end is teardown; finish: the controller has no command in flight, its
+// queues end once their responses are sent (transport.finish).
+func (c *controller) end(reason string, err error, finish bool) bool {
 	c.mu.Lock()
 	if c.dead {
 		c.mu.Unlock()
@@ -140,7 +180,11 @@ func (c *controller) teardown(reason string, err error) bool {
 		c.t.mu.Unlock()
 	}
 	for _, q := range qs {
-		q.tr.disconnect()
+		if finish {
+			q.tr.finish()
+		} else {
+			q.tr.disconnect()
+		}
 	}
 	attrs := c.logAttrs("reason", reason)
 	if err != nil {

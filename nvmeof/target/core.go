@@ -43,6 +43,9 @@ type transport interface {
 	buffer(r *request) ([]byte, error)
 	// disconnect ends the queue's connection.
 	disconnect()
+	// finish ends the queue's connection once the responses handed to
+	// respond are sent, when no command is in flight (Target.Drain).
+	finish()
 	// trType is the transport type for log pages (nvmeof.TrTypeRDMA...).
 	trType() uint8
 }
@@ -55,10 +58,11 @@ const (
 	reqFetching           // the transport is collecting host data
 	reqParked             // an Asynchronous Event Request waiting for an event
 	reqResponded          // completion handed to the transport
+	reqDropped            // not run, not answered: the target drains (Target.Drain)
 )
 
 func (s reqState) String() string {
-	return [...]string{"free", "fetching", "parked", "responded"}[s]
+	return [...]string{"free", "fetching", "parked", "responded", "dropped"}[s]
 }
 
 // request is one command in the core. The transport owns its storage (one
@@ -91,8 +95,11 @@ type request struct {
 	lba    uint64
 	// ns is the namespace of an I/O command, found when it begins (as
 	// nvmet_req_find_ns does): the command counts in its in-flight
-	// commands until respond.
+	// commands until its completion is sent.
 	ns *Namespace
+	// admitted: an I/O command its controller admitted (sq.admitted),
+	// which respond counts in the queue's stats.
+	admitted bool
 	// ioLen is the bytes a Read or Write moves (for the queue's
 	// counters; 0 for other commands).
 	ioLen int
@@ -150,6 +157,11 @@ type sq struct {
 
 	// stats count the queue's I/O commands for Target.Controllers.
 	stats queueStats
+	// admitted counts the I/O commands begun since the queue joined its
+	// controller (guarded by the controller's mu): those of them not
+	// yet answered (respond counts them in stats.commands) are in flight
+	// (Target.Drain).
+	admitted uint64
 }
 
 // queueStats are an I/O queue's counters: added to by whichever goroutine
@@ -158,7 +170,7 @@ type sq struct {
 // so that their writes do not disturb the queue's other fields.
 type queueStats struct {
 	_          [64]byte
-	commands   atomic.Uint64 // I/O commands completed, whatever their status
+	commands   atomic.Uint64 // I/O commands answered, whatever their status, since the queue joined its controller
 	readBytes  atomic.Uint64 // data of successful Reads
 	writeBytes atomic.Uint64 // data of successful Writes
 	_          [64 - 24]byte
@@ -191,16 +203,30 @@ func (q *sq) received() {
 // begin resets r for the command in r.sqe and checks it against the queue
 // and controller state; the transport then puts its data in place and
 // calls run. When begin returns false, r carries an error status: the
-// transport responds at once.
+// transport responds at once; or, state reqDropped, r is an I/O command
+// received while the target drains: the transport forgets it, unanswered
+// (the host sends it again once reconnected, as it does every command its
+// controller's end left unanswered).
 func (q *sq) begin(r *request) bool {
 	r.status, r.result, r.errLoc, r.outLen = nvmeof.StatusSuccess, 0, nvmeof.ParamErrorLocationNone, 0
 	r.xfer, r.xferLen, r.views, r.dir, r.nsid, r.lba, r.nseg = nil, 0, false, nvmeof.DirNone, 0, 0, 0
-	r.onWorker, r.wantWorker, r.ioLen, r.ns = false, false, 0, nil
+	r.onWorker, r.wantWorker, r.ioLen, r.ns, r.admitted = false, false, 0, nil, false
 	r.sqhd = q.sqhd
 	if q.sqflow {
 		r.sqhd = nvmeof.SQHeadDisabled
 	}
 	r.state = reqResponded
+	c := q.controller()
+	ready := false
+	if c != nil {
+		io := q.qid != 0 && !nvmeof.SQE(r.sqe[:]).IsFabrics()
+		var ok bool
+		if ready, ok = c.admit(q, io); !ok {
+			r.state = reqDropped
+			return false
+		}
+		r.admitted = io
+	}
 	sqe, kind, err := nvmeof.ParseCommand(r.sqe[:], q.qid == 0)
 	if err != nil {
 		var ce *nvmeof.CommandError
@@ -212,10 +238,8 @@ func (q *sq) begin(r *request) bool {
 	}
 	r.kind = kind
 	r.nsid = sqe.NSID()
-	c := q.controller()
 	if c != nil && !isFabrics(kind) && q.auth != nil && !q.auth.Authenticated() {
 		// nvmet_check_auth_status, before the controller's state.
-		c.traffic()
 		if !q.authWarned {
 			q.authWarned = true
 			q.t.log.Warn("nvmeof: host has not authenticated (DH-HMAC-CHAP): refusing its commands with Authentication Required", q.logAttrs()...)
@@ -224,14 +248,13 @@ func (q *sq) begin(r *request) bool {
 		return false
 	}
 	switch {
+	case c != nil && kind == nvmeof.KindConnect:
+		q.refuseConnect(connInvalidState, c.sub.cfg.NQN, c.hostNQN, errors.New("the queue is connected already"))
+		fallthrough
 	case c == nil && kind != nvmeof.KindConnect,
-		c != nil && kind == nvmeof.KindConnect,
-		c != nil && !isFabrics(kind) && !c.ready():
+		c != nil && !isFabrics(kind) && !ready:
 		r.status = nvmeof.StatusCommandSequenceError.WithDNR()
 		return false
-	}
-	if c != nil {
-		c.traffic()
 	}
 	if q.qid != 0 && !isFabrics(kind) {
 		// c is set: an I/O command without a controller failed above.
@@ -287,11 +310,7 @@ func (q *sq) respond(r *request) error {
 			r.ns.st.errors[r.status.SCT()].Add(1)
 		}
 	}
-	if r.ns != nil {
-		r.ns.st.inflight.Add(-1)
-		r.ns = nil
-	}
-	if q.qid != 0 && !nvmeof.SQE(r.sqe[:]).IsFabrics() {
+	if r.admitted {
 		q.stats.commands.Add(1)
 		if r.ioLen > 0 && r.status == nvmeof.StatusSuccess {
 			switch r.kind {
@@ -429,13 +448,19 @@ func (q *sq) logAttrs(extra ...any) []any {
 // close waits for the queue's workers once its connection ended.
 func (q *sq) close() { q.pool.Close() }
 
-// abandon forgets a request that began and will never be answered, its
-// queue's connection gone (a write whose data never came): it no longer
-// counts in its namespace's commands in flight. Called once the queue's
-// workers are done.
-func (r *request) abandon() {
+// sent is called by the transport once r's completion left (NVMe/TCP:
+// written to the connection; NVMe/RDMA: its Send completed), or could not
+// leave: the command no longer counts in its namespace's commands in
+// flight.
+func (r *request) sent() {
 	if r.ns != nil {
 		r.ns.st.inflight.Add(-1)
 		r.ns = nil
 	}
 }
+
+// abandon forgets a request that began and will never be answered, its
+// queue's connection gone (a write whose data never came): it no longer
+// counts in its namespace's commands in flight. Called once the queue's
+// workers are done.
+func (r *request) abandon() { r.sent() }

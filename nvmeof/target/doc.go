@@ -34,5 +34,24 @@
 // concerned through the path a keep-alive timeout takes; host access and
 // namespaces change with discovery and namespace change events.
 //
+// For a metrics collector, Target.Stats counts connections per port and
+// transport (accepted, live, refused by reason), controllers created and
+// removed, keep-alive expiries, authentication failures and refused
+// Fabrics Connects by reason; Subsystem.NamespaceStats the I/O commands
+// in flight and the error completions by status code type of each
+// namespace. They are read at scrape time: the I/O path pays one atomic
+// add per command when it begins and one when its completion is sent,
+// on its namespace, and nothing else. The log (Config.Logger) has one
+// line per connection accepted (Debug), per controller created and
+// removed (Info, the latter with a reason from a fixed set) and per
+// refusal (Warn), never one per I/O, with the same keys throughout:
+// port, transport, peer, subsystem, host, cntlid, qid, reason, err.
+//
+// Target.Drain stops the target gracefully: listeners closed, Connects
+// refused, the I/O commands received answered, then the controllers
+// disconnected. NVMe over Fabrics has no message by which a target tells
+// a host it goes away; hosts see their queues end and reconnect, as with
+// Linux nvmet.
+//
 // Target, Subsystem and Port methods are safe for concurrent use.
 package target

@@ -6,17 +6,23 @@ import (
 	"github.com/rdisk/rdisk/nvmeof"
 )
 
-// fuzzTransport stands in for a transport binding: it counts completions
-// and lends one data buffer.
+// fuzzTransport stands in for a transport binding: it counts completions,
+// each sent at once, and lends one data buffer.
 type fuzzTransport struct {
 	responses int
 	buf       []byte
 }
 
-func (f *fuzzTransport) respond(*request) error          { f.responses++; return nil }
+func (f *fuzzTransport) respond(r *request) error {
+	f.responses++
+	r.sent()
+	return nil
+}
+
 func (f *fuzzTransport) release(*request) error          { return nil }
 func (f *fuzzTransport) buffer(*request) ([]byte, error) { return f.buf, nil }
 func (f *fuzzTransport) disconnect()                     {}
+func (f *fuzzTransport) finish()                         {}
 func (f *fuzzTransport) trType() uint8                   { return nvmeof.TrTypeRDMA }
 
 // FuzzCommand feeds arbitrary capsules to a queue of a live controller (or

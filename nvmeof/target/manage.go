@@ -191,9 +191,10 @@ func (s *Subsystem) Namespaces() []NamespaceInfo {
 type NamespaceStats struct {
 	NSID uint32
 	// InFlight counts the I/O commands on the namespace received and not
-	// yet completed: from the capsule's arrival to the completion handed
-	// to the transport (a write's data transfer and its time on a disk
-	// worker included).
+	// yet completed: from the capsule's arrival to its completion sent
+	// (NVMe/TCP: written to the connection; NVMe/RDMA: its Send
+	// completed), a write's data transfer and its time on a disk worker
+	// included.
 	InFlight int64
 	// Errors counts the completions of I/O commands on the namespace with
 	// an error status, by status code type (NVMe Base section 4.2.3.1):

@@ -189,6 +189,12 @@ func (q *rdmaQueue) Start(s *rdmaq.Slot[rdmaReq], m rdmaq.Msg) error {
 		return q.sq.respond(r)
 	case planRun:
 		return q.sq.run(r)
+	case planDrop:
+		r.state = reqFree
+		if err := q.tq.Repost(s); err != nil {
+			return err
+		}
+		return q.tq.Free(s)
 	}
 	buf, err := s.EnsureData(mdts)
 	if err != nil {
@@ -213,6 +219,7 @@ const (
 	planRespond plan = iota // an error status: respond at once
 	planRun                 // data in place (or none): run it
 	planBuffer              // a keyed SGL with data: give it a buffer (and RDMA Read host data)
+	planDrop                // dropped unanswered (the target drains): free the slot
 )
 
 // decode begins the command in x.sqe on q and decodes its data pointer
@@ -223,6 +230,9 @@ func (x *rdmaReq) decode(q *sq, inCapsule []byte, views bool) plan {
 	r := &x.request
 	x.keyed, x.inval = false, false
 	if !q.begin(r) {
+		if r.state == reqDropped {
+			return planDrop
+		}
 		return planRespond
 	}
 	if r.dir != nvmeof.DirHostToCtrl && r.dir != nvmeof.DirCtrlToHost {
@@ -260,8 +270,11 @@ func (x *rdmaReq) decode(q *sq, inCapsule []byte, views bool) plan {
 // Fetched implements rdmaq.TargetHandler: the host data is in.
 func (q *rdmaQueue) Fetched(s *rdmaq.Slot[rdmaReq]) error { return q.sq.run(&s.R.request) }
 
-// Sent implements rdmaq.TargetHandler.
-func (q *rdmaQueue) Sent(s *rdmaq.Slot[rdmaReq]) { s.R.done() }
+// Sent implements rdmaq.TargetHandler: the completion reached the host.
+func (q *rdmaQueue) Sent(s *rdmaq.Slot[rdmaReq]) {
+	s.R.sent()
+	s.R.done()
+}
 
 // CtlSent implements rdmaq.TargetHandler (no control buffers).
 func (q *rdmaQueue) CtlSent(int) error { return nil }
@@ -308,6 +321,10 @@ func (q *rdmaQueue) buffer(r *request) ([]byte, error) { return q.tq.Slot(r.id).
 
 // disconnect implements transport.
 func (q *rdmaQueue) disconnect() { q.tq.Disconnect() }
+
+// finish implements transport: a response counts as sent once its Send
+// completed, delivered, so nothing is left to wait for.
+func (q *rdmaQueue) finish() { q.tq.Disconnect() }
 
 // trType implements transport.
 func (q *rdmaQueue) trType() uint8 { return nvmeof.TrTypeRDMA }

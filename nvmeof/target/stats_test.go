@@ -49,6 +49,9 @@ func TestNamespaceStats(t *testing.T) {
 	sqe.RW().Encode(&nvmeof.RWFields{Opcode: nvmeof.IORead, NSID: 7})
 	wantStatus(t, io.exec(sqe, 512, nil), nvmeof.StatusInvalidNamespace.WithDNR(), "read of namespace 7")
 
+	// A command counts until its completion is sent: the host may see it
+	// first.
+	eventually(t, "no command in flight", func() bool { return nsStatsOf(t, sub, 1).InFlight == 0 })
 	st := nsStatsOf(t, sub, 1)
 	want := map[string]uint64{"generic": 1, "command_specific": 0, "media": 1, "path": 0, "vendor": 0}
 	if st.InFlight != 0 || len(st.Errors) != len(want) {

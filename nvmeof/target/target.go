@@ -232,6 +232,10 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 		t.mu.Unlock()
 		return nil, fmt.Errorf("port %d already exists", cfg.ID)
 	}
+	if t.draining.Load() {
+		t.mu.Unlock()
+		return nil, fmt.Errorf("port %d: the target is draining", cfg.ID)
+	}
 	t.mu.Unlock()
 	addr := net.JoinHostPort(host, svc)
 	var ln portListener
@@ -264,12 +268,15 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 	p := &Port{t: t, cfg: cfg, ln: ln, host: host, svc: svc}
 	p.ctx, p.cancel = context.WithCancel(t.ctx)
 	t.mu.Lock()
-	if _, dup := t.ports[cfg.ID]; dup {
-		// Added meanwhile by another call.
+	if _, dup := t.ports[cfg.ID]; dup || t.draining.Load() {
+		// Added meanwhile by another call, or Drain began.
 		t.mu.Unlock()
 		p.cancel()
 		ln.Close()
-		return nil, fmt.Errorf("port %d already exists", cfg.ID)
+		if dup {
+			return nil, fmt.Errorf("port %d already exists", cfg.ID)
+		}
+		return nil, fmt.Errorf("port %d: the target is draining", cfg.ID)
 	}
 	t.ports[cfg.ID] = p
 	t.mu.Unlock()

@@ -42,6 +42,9 @@ const (
 	tcpMaxH2CData = mdts
 	// tcpSetupTimeout bounds the wait for ICReq and the first command.
 	tcpSetupTimeout = 10 * time.Second
+	// tcpLinger bounds the wait for the host to close a connection the
+	// target finished (tcpQueue.finish).
+	tcpLinger = 2 * time.Second
 	// tcpPDA is the data alignment the target asks for (CPDA 0: dwords).
 	tcpPDA = 4
 	// tcpFlushEvery: the receiver sends the responses it holds once this
@@ -356,12 +359,14 @@ func (q *tcpQueue) bind(s nvmeof.SQE) {
 	}
 	q.pend = make([][]byte, 0, len(q.slots)*tcpMaxIov+4)
 	q.pendReq = make([]int, 0, len(q.slots))
+	// Before the queue is listed: a disconnect (Close, Drain) sets a
+	// deadline of its own.
+	q.c.SetReadDeadline(time.Time{})
 	p.t.addQueue(q.sq)
 	if qid != 0 && p.t.hook != nil {
 		p.t.hook(1)
 		q.hooked = true
 	}
-	q.c.SetReadDeadline(time.Time{})
 	p.t.log.Debug("nvmeof: tcp queue bound", q.sq.logAttrs("depth", depth)...)
 }
 
@@ -440,6 +445,12 @@ func (q *tcpQueue) readData(x *tcpReq, dst []byte, digest bool) error {
 func (q *tcpQueue) start(x *tcpReq, inCap int) error {
 	r := &x.request
 	if !q.sq.begin(r) {
+		if r.state == reqDropped {
+			q.mu.Lock()
+			q.finishLocked(x.id)
+			q.mu.Unlock()
+			return nil
+		}
 		return q.sq.respond(r)
 	}
 	if x.ddErr {
@@ -556,6 +567,7 @@ func (q *tcpQueue) respond(r *request) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.werr != nil {
+		r.sent()
 		q.finishLocked(r.id)
 		return q.werr
 	}
@@ -630,6 +642,7 @@ func (q *tcpQueue) flushLocked() error {
 	clear(q.pend)
 	q.pend = q.pend[:0]
 	for _, id := range q.pendReq {
+		q.slots[id].sent()
 		q.finishLocked(id)
 	}
 	q.pendReq = q.pendReq[:0]
@@ -687,6 +700,20 @@ func (q *tcpQueue) buffer(r *request) ([]byte, error) { return q.slots[r.id].ens
 
 // disconnect implements transport.
 func (q *tcpQueue) disconnect() { q.c.Close() }
+
+// finish implements transport: a FIN after the responses written so far,
+// and the receiver, dropping what the host still sends (its controller is
+// gone, or the target drains), reads until the host closes, for tcpLinger
+// at most. Closing at once would reset the connection if the host's
+// latest commands were still unread, and the reset would discard the
+// responses not yet transmitted.
+func (q *tcpQueue) finish() {
+	if tc, ok := q.c.(*net.TCPConn); ok && tc.CloseWrite() == nil {
+		q.c.SetReadDeadline(time.Now().Add(tcpLinger))
+		return
+	}
+	q.c.Close()
+}
 
 // trType implements transport.
 func (q *tcpQueue) trType() uint8 { return nvmeof.TrTypeTCP }
