@@ -250,7 +250,7 @@ func (r *Running) applyLocked(in *Config, starting bool) (*Changes, error) {
 			if o := findNS(findSub(old, s.NQN), ns.NSID); o != nil && !nsGone(s.NQN, ns.NSID) {
 				continue
 			}
-			disk, cfg, err := openNamespace(s.NQN, ns)
+			disk, cfg, err := r.openNamespace(s.NQN, ns)
 			if err != nil {
 				for _, o := range opened {
 					o.disk.Close()

@@ -27,6 +27,10 @@ type Config struct {
 	// extensions, scsi.go).
 	ISCSI *ISCSIConfig `json:"rdisk_iscsi,omitempty"`
 	SRP   *SRPConfig   `json:"rdisk_srp,omitempty"`
+	// OpenDevice, if set, opens the namespaces' devices in place of the
+	// package's OpenDevice (a program that wraps or provides disks; tests).
+	// Start keeps it for later changes. Not part of the file.
+	OpenDevice func(path string, blockSize int, readOnly bool) (backstore.Disk, error) `json:"-"`
 }
 
 // Host is a host entry. Its DH-HMAC-CHAP settings take nvmet's configfs

@@ -43,6 +43,7 @@ type Running struct {
 	SRPAddrs     []net.Addr
 
 	p      rdma.Provider
+	open   func(path string, blockSize int, readOnly bool) (backstore.Disk, error)
 	log    *slog.Logger
 	hook   func(int)
 	ctx    context.Context
@@ -109,7 +110,11 @@ func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (
 	if err != nil {
 		return nil, err
 	}
-	r := &Running{T: t, p: p, log: log, hook: hook, cfg: &Config{},
+	open := c.OpenDevice
+	if open == nil {
+		open = OpenDevice
+	}
+	r := &Running{T: t, p: p, open: open, log: log, hook: hook, cfg: &Config{},
 		subs: map[string]*nvmet.Subsystem{}, disks: map[nsKey]backstore.Disk{}, lus: map[nsKey]*scsi.LU{}}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	defer func() {
@@ -230,12 +235,12 @@ func subsystemConfig(s *Subsystem) (nvmet.SubsystemConfig, error) {
 }
 
 // openNamespace opens a model namespace's disk and makes its nvmet form.
-func openNamespace(nqn string, ns *Namespace) (backstore.Disk, nvmet.NamespaceConfig, error) {
+func (r *Running) openNamespace(nqn string, ns *Namespace) (backstore.Disk, nvmet.NamespaceConfig, error) {
 	nc, err := namespaceConfig(nqn, ns)
 	if err != nil {
 		return nil, nc, err
 	}
-	disk, err := OpenDevice(ns.Device.Path, ns.BlockSize, ns.ReadOnly)
+	disk, err := r.open(ns.Device.Path, ns.BlockSize, ns.ReadOnly)
 	if err != nil {
 		return nil, nc, fmt.Errorf("subsystem %s namespace %d: %w", nqn, ns.NSID, err)
 	}

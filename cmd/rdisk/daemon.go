@@ -50,6 +50,8 @@ its control socket, which only root (or the daemon's user) may use.`,
 		Flags: append(append([]cli.Flag{
 			controlFlag(),
 			&cli.BoolFlag{Name: "exit-when-idle", Usage: "exit when the last session is disconnected"},
+			drainFlag("on SIGTERM/SIGINT, how long to wait for each session's in-flight I/O, flush and disconnect"),
+			metricsFlag(),
 		}, sessionFlags()...), append(append(append(hostIDFlags(), iscsiFlags()...), digestFlags()...), dhchapFlags()...)...),
 		Action: func(c *cli.Context) error { return runDaemon(c, mk, nil) },
 	}
@@ -79,6 +81,13 @@ func runDaemon(c *cli.Context, mk dialerFactory, first *initiator.ConnectSpec) e
 		DefaultNBDDir: filepath.Dir(path), Logger: log, NBD: nbdCfg,
 	})
 	defer d.Close()
+	metricsLn, err := listenMetrics(c)
+	if err != nil {
+		return err
+	}
+	if metricsLn != nil {
+		defer metricsLn.Close()
+	}
 	l, err := initiator.ListenControl(path)
 	if err != nil {
 		return err
@@ -96,14 +105,26 @@ func runDaemon(c *cli.Context, mk dialerFactory, first *initiator.ConnectSpec) e
 	defer cancel()
 	served := make(chan error, 1)
 	go func() { served <- d.ServeControl(ctx, l) }()
+	if metricsLn != nil {
+		go serveMetrics(ctx, metricsLn, newRegistry(sessionCollector{d}), log)
+	}
 	log.Info("initiator daemon: listening", "control", path, "pid", os.Getpid())
+	notifyReady(log, "serving "+path)
 	for {
 		select {
 		case <-c.Context.Done():
-			log.Info("initiator daemon: stopping")
+			notifyStopping()
+			log.Info("initiator daemon: stopping: in-flight I/O, flush and disconnect of every session", "timeout", c.Duration("drain-timeout"))
+			dctx, dcancel := context.WithTimeout(context.Background(), c.Duration("drain-timeout"))
+			err := d.Shutdown(dctx)
+			dcancel()
 			cancel()
 			<-served
-			return d.Close()
+			if err != nil {
+				return fmt.Errorf("stopping the initiator daemon: %w", err)
+			}
+			log.Info("initiator daemon: stopped cleanly")
+			return nil
 		case err := <-served:
 			return err
 		case <-d.Idle():

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	crand "crypto/rand"
 	"errors"
 	"fmt"
@@ -80,6 +81,7 @@ applies the difference.`,
 			&cli.StringSliceFlag{Name: "allow-initiator", Usage: "iSCSI initiator IQN allowed to log in (repeatable)"},
 			&cli.StringFlag{Name: "config", Usage: "nvmetcli JSON configuration, with rdisk_iscsi and rdisk_srp sections for the SCSI transports (replaces the flags above); SIGHUP re-reads it and applies the difference"},
 			metricsFlag(),
+			drainFlag("on SIGTERM/SIGINT, how long to let in-flight I/O finish and hosts log out before dropping them (then the disks are flushed)"),
 			&cli.StringFlag{Name: "admin-socket", Value: target.DefaultAdminSocket, Usage: "unix socket for rdisk admin (root only; empty: none; the default is skipped with a warning when another target holds it)"},
 			cpusFlag("most CPUs (Go Ps) to use; rdisk uses one per connected queue up to this", "$GOMAXPROCS, else all CPUs"),
 		}, srpTargetFlags()...),
@@ -158,6 +160,7 @@ func runTarget(c *cli.Context) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	notifyReady(log, "serving")
 	for done := false; !done; {
 		select {
 		case <-c.Context.Done():
@@ -172,12 +175,20 @@ func runTarget(c *cli.Context) error {
 			}
 		}
 	}
-	fmt.Println("rdisk target: stopping")
+	notifyStopping()
+	fmt.Println("rdisk target: stopping: draining (in-flight I/O, logouts), then flushing the disks")
+	dctx, dcancel := context.WithTimeout(context.Background(), c.Duration("drain-timeout"))
+	derr := run.Drain(dctx)
+	dcancel()
 	if st := run.SRP; st != nil {
 		// Which descriptor formats the initiators used (the interop
 		// harness checks them).
 		fmt.Printf("rdisk target: SRP stats %+v\n", st.Stats())
 	}
+	if derr != nil {
+		return fmt.Errorf("stopping after --drain-timeout %s: %w", c.Duration("drain-timeout"), derr)
+	}
+	fmt.Println("rdisk target: stopped cleanly")
 	return nil
 }
 
