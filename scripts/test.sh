@@ -15,6 +15,7 @@ command -v fio >/dev/null 2>&1 || need_apt+=(fio)
 command -v qemu-io >/dev/null 2>&1 || need_apt+=(qemu-utils)
 command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 command -v iscsi-test-cu >/dev/null 2>&1 || need_apt+=(libiscsi-bin)
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd) # deploy/: systemd-analyze verify of the units
 if ((${#need_apt[@]})); then
 	if [ "$(id -u)" = 0 ]; then
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
