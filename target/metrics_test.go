@@ -1,9 +1,13 @@
 package target
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +18,7 @@ import (
 	"github.com/rdisk/rdisk/iser"
 	iserinit "github.com/rdisk/rdisk/iser/initiator"
 	"github.com/rdisk/rdisk/nvmeof/host"
+	"github.com/rdisk/rdisk/rdma/iwarp"
 	"github.com/rdisk/rdisk/scsi"
 	scsihost "github.com/rdisk/rdisk/scsi/host"
 )
@@ -128,5 +133,80 @@ func TestMetricsCount(t *testing.T) {
 	}
 	if ms := gather(t, c, "rdisk_namespace_size_bytes", map[string]string{"subsystem": nqnA, "nsid": "1"}); len(ms) != 1 || ms[0].GetGauge().GetValue() != 8<<20 {
 		t.Fatalf("size: %v", ms)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger written from several
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) lines(sub ...string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, l := range strings.Split(s.b.String(), "\n") {
+		ok := l != ""
+		for _, x := range sub {
+			ok = ok && strings.Contains(l, x)
+		}
+		if ok {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// TestRefusalsCountedAndLogged: an NVMe-oF host outside a subsystem's
+// allowed hosts and an iSCSI initiator outside a target's ACL each move
+// their refusal counter and log one line naming who was refused, from
+// where.
+func TestRefusalsCountedAndLogged(t *testing.T) {
+	t.Parallel()
+	const stranger = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555"
+	js := strings.Replace(applyBefore, `{"nqn": "nqn.2026-12.io.rdisk:b", "attr": {"allow_any_host": "1"},`,
+		`{"nqn": "nqn.2026-12.io.rdisk:b", "attr": {"allow_any_host": "0"}, "allowed_hosts": ["nqn.2014-08.org.nvmexpress:uuid:0"],`, 1)
+	js = strings.Replace(js, `"luns": [{"lun": 0,`, `"allowed_initiators": ["iqn.2026-12.io.rdisk:friend"], "luns": [{"lun": 0,`, 1)
+	c, err := Parse(strings.NewReader(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	p, _ := iwarp.New(iwarp.Config{})
+	defer p.Close()
+	run, err := Start(c, p, slog.New(slog.NewTextHandler(&logs, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := host.Connect(ctx, p, run.T.Port(1).Addr().String(), nqnB, host.Config{Transport: host.TransportTCP, HostNQN: stranger, HostID: [16]byte{1}}); err == nil {
+		t.Fatal("a host outside allowed_hosts connected")
+	}
+	if _, err := iserinit.Open(ctx, iserinit.URL{Transport: iser.TransportTCP, Host: "127.0.0.1", Port: portOf(t, run.ISCSIPortals[0].String()),
+		Target: "iqn.2026-12.io.rdisk:t"}, iserinit.Config{InitiatorName: "iqn.2026-12.io.rdisk:stranger"}); err == nil {
+		t.Fatal("an initiator outside the ACL logged in")
+	}
+	col := run.Collector()
+	if ms := gather(t, col, "rdisk_nvme_connect_rejected_total", map[string]string{"reason": "host_not_allowed"}); len(ms) != 1 || ms[0].GetCounter().GetValue() != 1 {
+		t.Fatalf("NVMe-oF refusals: %v", ms)
+	}
+	if ms := gather(t, col, "rdisk_port_connections_rejected_total", map[string]string{"transport": "iscsi", "reason": "forbidden"}); len(ms) != 1 || ms[0].GetCounter().GetValue() != 1 {
+		t.Fatalf("iSCSI refusals: %v", ms)
+	}
+	if l := logs.lines("level=WARN", stranger, "peer=127.0.0.1:"); len(l) != 1 {
+		t.Fatalf("NVMe-oF refusal log lines: %q\n%s", l, logs.lines())
+	}
+	if l := logs.lines("level=WARN", "iqn.2026-12.io.rdisk:stranger", "peer=127.0.0.1:", "forbidden"); len(l) != 1 {
+		t.Fatalf("iSCSI refusal log lines: %q\n%s", l, logs.lines())
 	}
 }
