@@ -197,8 +197,8 @@ func (c *controller) end(reason string, err error, finish bool) bool {
 		c.t.log.Debug("nvmeof: controller removed before its Connect completed", attrs...)
 		return true
 	}
-	c.t.stats.removed.Add(1)
 	c.t.log.Info("nvmeof: controller removed", attrs...)
+	c.t.stats.removed.Add(1) // after the line: a reader of the count finds it
 	return true
 }
 

@@ -97,6 +97,9 @@ type request struct {
 	// nvmet_req_find_ns does): the command counts in its in-flight
 	// commands until its completion is sent.
 	ns *Namespace
+	// nsIn is the stripe of ns's in-flight count the command counts in
+	// (its queue's).
+	nsIn *atomic.Int64
 	// admitted: an I/O command its controller admitted (sq.admitted),
 	// which respond counts in the queue's stats.
 	admitted bool
@@ -142,6 +145,9 @@ type sq struct {
 	entries int
 	// pool runs commands on disks that may wait (started on first use).
 	pool *workers.Pool[*request]
+	// stripe is the stripe of the namespaces' in-flight counts the
+	// queue's commands count in (nsStats).
+	stripe uint8
 
 	ctrlMu sync.Mutex
 	ctrl   *controller // set by Fabrics Connect
@@ -179,7 +185,7 @@ type queueStats struct {
 // newSQ returns the core of queue qid with depth receive buffers and up to
 // slots requests in flight.
 func newSQ(p *Port, qid uint16, depth, slots int, tr transport) *sq {
-	q := &sq{t: p.t, port: p, qid: qid, depth: depth, tr: tr}
+	q := &sq{t: p.t, port: p, qid: qid, depth: depth, tr: tr, stripe: uint8(p.t.stripes.Add(1) % nsStripes)}
 	var hook func(int)
 	if qid != 0 {
 		// Workers sit in blocking system calls: the queue needs a second P
@@ -210,7 +216,7 @@ func (q *sq) received() {
 func (q *sq) begin(r *request) bool {
 	r.status, r.result, r.errLoc, r.outLen = nvmeof.StatusSuccess, 0, nvmeof.ParamErrorLocationNone, 0
 	r.xfer, r.xferLen, r.views, r.dir, r.nsid, r.lba, r.nseg = nil, 0, false, nvmeof.DirNone, 0, 0, 0
-	r.onWorker, r.wantWorker, r.ioLen, r.ns, r.admitted = false, false, 0, nil, false
+	r.onWorker, r.wantWorker, r.ioLen, r.ns, r.nsIn, r.admitted = false, false, 0, nil, nil, false
 	r.sqhd = q.sqhd
 	if q.sqflow {
 		r.sqhd = nvmeof.SQHeadDisabled
@@ -259,8 +265,8 @@ func (q *sq) begin(r *request) bool {
 	if q.qid != 0 && !isFabrics(kind) {
 		// c is set: an I/O command without a controller failed above.
 		if n := c.sub.namespace(r.nsid); n != nil {
-			r.ns = n
-			n.st.inflight.Add(1)
+			r.ns, r.nsIn = n, &n.st.inflight[q.stripe].n
+			r.nsIn.Add(1)
 		}
 	}
 	r.dir = sqe.Direction()
@@ -453,9 +459,9 @@ func (q *sq) close() { q.pool.Close() }
 // leave: the command no longer counts in its namespace's commands in
 // flight.
 func (r *request) sent() {
-	if r.ns != nil {
-		r.ns.st.inflight.Add(-1)
-		r.ns = nil
+	if r.nsIn != nil {
+		r.nsIn.Add(-1)
+		r.ns, r.nsIn = nil, nil
 	}
 }
 

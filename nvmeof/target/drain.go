@@ -136,7 +136,7 @@ func (t *Target) namespacesInFlight() int64 {
 	for _, s := range t.subsystems(false) {
 		s.mu.RLock()
 		for _, ns := range s.ns {
-			n += ns.st.inflight.Load()
+			n += ns.st.inFlight()
 		}
 		s.mu.RUnlock()
 	}

@@ -47,13 +47,13 @@ func connectParamErr(r *request, inData bool, off int) {
 // refuseConnect counts and logs a Connect refused for why (the caller sets
 // its status); subNQN and hostNQN are "" when its data did not parse.
 func (q *sq) refuseConnect(why connectReason, subNQN, hostNQN string, err error) {
-	q.t.stats.connectRejected[why].Add(1)
 	attrs := []any{"reason", connectReasonNames[why], "port", q.port.cfg.ID, "transport", trName(q.tr.trType()), "peer", q.remote,
 		"subsystem", subNQN, "host", hostNQN, "qid", q.qid}
 	if err != nil {
 		attrs = append(attrs, "err", err)
 	}
 	q.t.log.Warn("nvmeof: connect refused", attrs...)
+	q.t.stats.connectRejected[why].Add(1) // after the line: a reader of the count finds it
 }
 
 // shuttingDown refuses a Connect because the target drains or closes:
@@ -245,9 +245,9 @@ func (q *sq) connectAdmin(r *request, cmd nvmeof.ConnectCommand, d nvmeof.Connec
 	q.ctrl = c
 	q.ctrlMu.Unlock()
 	r.result = uint64(nvmeof.ConnectResult(id, authreq))
-	t.stats.created.Add(1)
 	t.log.Info("nvmeof: controller created", c.logAttrs("hostid", uuidString(d.HostID), "kato", c.kato, "sqsize", sqsize,
 		"max_io_queues", c.maxQ)...)
+	t.stats.created.Add(1)
 }
 
 // authFields checks an Authentication Send/Receive command's fields as
@@ -339,8 +339,8 @@ func (q *sq) authFailed(before auth.ControllerState, err error) {
 	if before == auth.CtrlFailure1Pending || before == auth.CtrlFailed {
 		return
 	}
-	q.t.stats.authFailures.Add(1)
 	q.t.log.Warn("nvmeof: DH-HMAC-CHAP authentication failed", q.logAttrs("err", err)...)
+	q.t.stats.authFailures.Add(1)
 }
 
 func (c *controller) propertyGet(r *request, cmd nvmeof.PropertyCommand) {

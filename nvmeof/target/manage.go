@@ -229,7 +229,7 @@ func (s *Subsystem) NamespaceStats() []NamespaceStats {
 	s.mu.RUnlock()
 	out := make([]NamespaceStats, 0, len(ns))
 	for _, n := range ns {
-		st := NamespaceStats{NSID: n.cfg.NSID, InFlight: n.st.inflight.Load(), Errors: make(map[string]uint64, len(sctNames))}
+		st := NamespaceStats{NSID: n.cfg.NSID, InFlight: n.st.inFlight(), Errors: make(map[string]uint64, len(sctNames))}
 		for _, c := range sctNames {
 			st.Errors[c.name] = n.st.errors[c.sct].Load()
 		}

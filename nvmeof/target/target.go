@@ -61,6 +61,9 @@ type Target struct {
 	// draining is set by Drain: no new connection, queue or command.
 	draining atomic.Bool
 	stats    targetCounters
+	// stripes deals the queues their stripes of the namespaces'
+	// in-flight counts, in turn.
+	stripes atomic.Uint32
 }
 
 // New creates a Target with no subsystems and no ports.
@@ -318,7 +321,6 @@ func (p *Port) closing() bool { return p.ctx.Err() != nil || p.t.draining.Load()
 // refuse counts and logs a connection of transport trType the port
 // refused before it carried a queue.
 func (p *Port) refuse(trType uint8, why portReason, peer string, err error) {
-	p.counters(trType).rejected[why].Add(1)
 	attrs := []any{"reason", portReasonNames[why], "port", p.cfg.ID, "transport", trName(trType), "peer", peer}
 	if err != nil {
 		attrs = append(attrs, "err", err)
@@ -326,18 +328,19 @@ func (p *Port) refuse(trType uint8, why portReason, peer string, err error) {
 	if why == portNoICReq {
 		// Port probes and health checks connect and close.
 		p.t.log.Debug("nvmeof: connection closed before its ICReq", attrs...)
-		return
+	} else {
+		p.t.log.Warn("nvmeof: connection refused", attrs...)
 	}
-	p.t.log.Warn("nvmeof: connection refused", attrs...)
+	p.counters(trType).rejected[why].Add(1) // after the line: a reader of the count finds it
 }
 
 // accepted counts and logs a connection of transport trType accepted;
 // the caller calls the function returned when it ends.
 func (p *Port) accepted(trType uint8, peer string, extra ...any) (ended func()) {
+	p.t.log.Debug("nvmeof: connection accepted", append([]any{"port", p.cfg.ID, "transport", trName(trType), "peer", peer}, extra...)...)
 	pc := p.counters(trType)
 	pc.accepted.Add(1)
 	pc.live.Add(1)
-	p.t.log.Debug("nvmeof: connection accepted", append([]any{"port", p.cfg.ID, "transport", trName(trType), "peer", peer}, extra...)...)
 	return func() { pc.live.Add(-1) }
 }
 
