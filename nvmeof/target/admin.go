@@ -141,7 +141,7 @@ func (c *controller) identify(r *request, cmd nvmeof.IdentifyCommand) {
 		return
 	}
 	if err != nil {
-		c.t.log.Warn("nvmeof: encoding identify data", "cns", cmd.CNS(), "err", err)
+		c.t.log.Warn("nvmeof: encoding identify data", c.logAttrs("cns", cmd.CNS(), "err", err)...)
 		r.status = nvmeof.StatusInternal
 	}
 }

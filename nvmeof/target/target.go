@@ -437,7 +437,7 @@ func (t *Target) discoveryLog(p *Port, hostNQN string, trType uint8) []byte {
 	}
 	buf := make([]byte, nvmeof.DiscoveryLogSize(len(entries)))
 	if _, err := nvmeof.EncodeDiscoveryLog(buf, gen, entries); err != nil {
-		t.log.Warn("nvmeof: encoding discovery log", "err", err)
+		t.log.Warn("nvmeof: encoding discovery log", "port", p.cfg.ID, "host", hostNQN, "err", err)
 		buf = make([]byte, nvmeof.DiscoveryLogSize(0))
 		nvmeof.EncodeDiscoveryLog(buf, gen, nil)
 	}
