@@ -57,54 +57,27 @@ func (r *Running) AdminHandler(reload func() (*Changes, error), log *slog.Logger
 		log = slog.New(slog.DiscardHandler)
 	}
 	mux := http.NewServeMux()
-	// changed wraps a change: it logs what it did.
-	changed := func(w http.ResponseWriter, req *http.Request, ch *Changes, err error) {
-		if err != nil {
-			log.Warn("admin: change refused", "request", req.Method+" "+req.URL.Path, "err", err)
-			fail(w, err)
-			return
-		}
-		for _, a := range ch.Applied {
-			log.Info("admin: " + a)
-		}
-		for _, s := range ch.Skipped {
-			log.Warn("admin: not applied: " + s)
-		}
-		reply(w, ch)
+	// change registers a route that changes the model: do reads the
+	// request (path values, body) and makes the change; what it did is
+	// logged and answered.
+	change := func(pattern string, do func(req *http.Request) (*Changes, error)) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, req *http.Request) {
+			ch, err := do(req)
+			if err != nil {
+				log.Warn("admin: change refused", "request", req.Method+" "+req.URL.Path, "err", err)
+				fail(w, err)
+				return
+			}
+			for _, a := range ch.Applied {
+				log.Info("admin: " + a)
+			}
+			for _, s := range ch.Skipped {
+				log.Warn("admin: not applied: " + s)
+			}
+			reply(w, ch)
+		})
 	}
-	body := func(w http.ResponseWriter, req *http.Request, v any) bool {
-		dec := json.NewDecoder(io.LimitReader(req.Body, 1<<20))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(v); err != nil {
-			fail(w, fmt.Errorf("request body: %w", err))
-			return false
-		}
-		return true
-	}
-	nsidOf := func(w http.ResponseWriter, req *http.Request) (uint32, bool) {
-		n, err := ParseNSID(req.PathValue("nsid"))
-		if err != nil {
-			fail(w, err)
-			return 0, false
-		}
-		return n, true
-	}
-	portOf := func(w http.ResponseWriter, req *http.Request) (uint16, bool) {
-		n, err := strconv.ParseUint(req.PathValue("id"), 10, 16)
-		if err != nil {
-			fail(w, fmt.Errorf("port ID %q: want a number", req.PathValue("id")))
-			return 0, false
-		}
-		return uint16(n), true
-	}
-	lunOf := func(w http.ResponseWriter, req *http.Request) (uint64, bool) {
-		n, err := strconv.ParseUint(req.PathValue("lun"), 10, 64)
-		if err != nil {
-			fail(w, fmt.Errorf("LUN %q: want a number", req.PathValue("lun")))
-			return 0, false
-		}
-		return n, true
-	}
+	nqn := func(req *http.Request) string { return req.PathValue("nqn") }
 
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, req *http.Request) { reply(w, r.Status()) })
 	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, req *http.Request) { reply(w, r.IOStats()) })
@@ -124,240 +97,194 @@ func (r *Running) AdminHandler(reload func() (*Changes, error), log *slog.Logger
 			fail(w, fmt.Errorf("format %q: want rdisk or nvmetcli", f))
 		}
 	})
-	mux.HandleFunc("PUT /v1/config", func(w http.ResponseWriter, req *http.Request) {
+	change("PUT /v1/config", func(req *http.Request) (*Changes, error) {
 		c, err := Parse(io.LimitReader(req.Body, 16<<20))
 		if err != nil {
-			fail(w, err)
-			return
+			return nil, err
 		}
-		ch, err := r.Apply(c)
-		changed(w, req, ch, err)
+		return r.Apply(c)
 	})
-	mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, req *http.Request) {
+	change("POST /v1/reload", func(req *http.Request) (*Changes, error) {
 		if reload == nil {
-			fail(w, errors.New("the target was started from flags, not a configuration file: nothing to reload"))
-			return
+			return nil, errors.New("the target was started from flags, not a configuration file: nothing to reload")
 		}
-		ch, err := reload()
-		changed(w, req, ch, err)
+		return reload()
 	})
 
-	mux.HandleFunc("POST /v1/subsystems", func(w http.ResponseWriter, req *http.Request) {
-		var s Subsystem
-		if body(w, req, &s) {
-			ch, err := r.AddSubsystem(s)
-			changed(w, req, ch, err)
-		}
-	})
-	mux.HandleFunc("DELETE /v1/subsystems/{nqn}", func(w http.ResponseWriter, req *http.Request) {
-		ch, err := r.RemoveSubsystem(req.PathValue("nqn"))
-		changed(w, req, ch, err)
-	})
-	mux.HandleFunc("POST /v1/subsystems/{nqn}/namespaces", func(w http.ResponseWriter, req *http.Request) {
-		var ns Namespace
-		if body(w, req, &ns) {
-			ch, err := r.AddNamespace(req.PathValue("nqn"), ns)
-			changed(w, req, ch, err)
-		}
-	})
-	mux.HandleFunc("DELETE /v1/subsystems/{nqn}/namespaces/{nsid}", func(w http.ResponseWriter, req *http.Request) {
-		if nsid, ok := nsidOf(w, req); ok {
-			ch, err := r.RemoveNamespace(req.PathValue("nqn"), nsid)
-			changed(w, req, ch, err)
-		}
-	})
-	mux.HandleFunc("POST /v1/subsystems/{nqn}/namespaces/{nsid}/resize", func(w http.ResponseWriter, req *http.Request) {
-		nsid, ok := nsidOf(w, req)
-		var rr ResizeRequest
-		if !ok || !body(w, req, &rr) {
-			return
-		}
+	change("POST /v1/subsystems", withBody(func(_ *http.Request, s Subsystem) (*Changes, error) { return r.AddSubsystem(s) }))
+	change("DELETE /v1/subsystems/{nqn}", func(req *http.Request) (*Changes, error) { return r.RemoveSubsystem(nqn(req)) })
+	change("POST /v1/subsystems/{nqn}/namespaces", withBody(func(req *http.Request, ns Namespace) (*Changes, error) {
+		return r.AddNamespace(nqn(req), ns)
+	}))
+	change("DELETE /v1/subsystems/{nqn}/namespaces/{nsid}", withNSID(r.RemoveNamespace))
+	change("POST /v1/subsystems/{nqn}/namespaces/{nsid}/resize", withBody(func(req *http.Request, rr ResizeRequest) (*Changes, error) {
 		var size int64
 		if rr.Size != "" {
 			var err error
 			if size, err = units.ParseSize(rr.Size); err != nil {
-				fail(w, fmt.Errorf("size: %w", err))
-				return
+				return nil, fmt.Errorf("size: %w", err)
 			}
 		}
-		ch, err := r.ResizeNamespace(req.PathValue("nqn"), nsid, size)
-		changed(w, req, ch, err)
-	})
+		return withNSID(func(nqn string, nsid uint32) (*Changes, error) { return r.ResizeNamespace(nqn, nsid, size) })(req)
+	}))
 	for _, v := range []struct {
 		verb   string
 		enable bool
 	}{{"enable", true}, {"disable", false}} {
-		mux.HandleFunc("POST /v1/subsystems/{nqn}/namespaces/{nsid}/"+v.verb, func(w http.ResponseWriter, req *http.Request) {
-			if nsid, ok := nsidOf(w, req); ok {
-				ch, err := r.SetNamespaceEnabled(req.PathValue("nqn"), nsid, v.enable)
-				changed(w, req, ch, err)
-			}
-		})
-		mux.HandleFunc("POST /v1/ports/{id}/"+v.verb, func(w http.ResponseWriter, req *http.Request) {
-			if id, ok := portOf(w, req); ok {
-				ch, err := r.SetPortEnabled(id, v.enable)
-				changed(w, req, ch, err)
-			}
-		})
+		change("POST /v1/subsystems/{nqn}/namespaces/{nsid}/"+v.verb, withNSID(func(nqn string, nsid uint32) (*Changes, error) {
+			return r.SetNamespaceEnabled(nqn, nsid, v.enable)
+		}))
+		change("POST /v1/ports/{id}/"+v.verb, withPort(func(_ *http.Request, id uint16) (*Changes, error) { return r.SetPortEnabled(id, v.enable) }))
 	}
-	mux.HandleFunc("POST /v1/subsystems/{nqn}/hosts", func(w http.ResponseWriter, req *http.Request) {
-		var h HostRequest
-		if body(w, req, &h) {
-			ch, err := r.AllowHost(req.PathValue("nqn"), h.NQN)
-			changed(w, req, ch, err)
-		}
+	change("POST /v1/subsystems/{nqn}/hosts", withBody(func(req *http.Request, h HostRequest) (*Changes, error) {
+		return r.AllowHost(nqn(req), h.NQN)
+	}))
+	change("DELETE /v1/subsystems/{nqn}/hosts/{host}", func(req *http.Request) (*Changes, error) {
+		return r.DisallowHost(nqn(req), req.PathValue("host"))
 	})
-	mux.HandleFunc("DELETE /v1/subsystems/{nqn}/hosts/{host}", func(w http.ResponseWriter, req *http.Request) {
-		ch, err := r.DisallowHost(req.PathValue("nqn"), req.PathValue("host"))
-		changed(w, req, ch, err)
-	})
-	mux.HandleFunc("POST /v1/subsystems/{nqn}/allow_any_host/{v}", func(w http.ResponseWriter, req *http.Request) {
+	change("POST /v1/subsystems/{nqn}/allow_any_host/{v}", func(req *http.Request) (*Changes, error) {
 		v, err := strconv.ParseBool(req.PathValue("v"))
 		if err != nil {
-			fail(w, fmt.Errorf("allow_any_host %q: want 1 or 0", req.PathValue("v")))
-			return
+			return nil, fmt.Errorf("allow_any_host %q: want 1 or 0", req.PathValue("v"))
 		}
-		ch, err := r.SetAllowAnyHost(req.PathValue("nqn"), v)
-		changed(w, req, ch, err)
+		return r.SetAllowAnyHost(nqn(req), v)
 	})
 
-	mux.HandleFunc("POST /v1/ports", func(w http.ResponseWriter, req *http.Request) {
-		var p Port
-		if body(w, req, &p) {
-			ch, err := r.AddPort(p)
-			changed(w, req, ch, err)
-		}
-	})
-	mux.HandleFunc("DELETE /v1/ports/{id}", func(w http.ResponseWriter, req *http.Request) {
-		if id, ok := portOf(w, req); ok {
-			ch, err := r.RemovePort(id)
-			changed(w, req, ch, err)
-		}
-	})
-	mux.HandleFunc("POST /v1/ports/{id}/subsystems/{nqn}", func(w http.ResponseWriter, req *http.Request) {
-		if id, ok := portOf(w, req); ok {
-			ch, err := r.LinkSubsystem(id, req.PathValue("nqn"))
-			changed(w, req, ch, err)
-		}
-	})
-	mux.HandleFunc("DELETE /v1/ports/{id}/subsystems/{nqn}", func(w http.ResponseWriter, req *http.Request) {
-		if id, ok := portOf(w, req); ok {
-			ch, err := r.UnlinkSubsystem(id, req.PathValue("nqn"))
-			changed(w, req, ch, err)
-		}
-	})
+	change("POST /v1/ports", withBody(func(_ *http.Request, p Port) (*Changes, error) { return r.AddPort(p) }))
+	change("DELETE /v1/ports/{id}", withPort(func(_ *http.Request, id uint16) (*Changes, error) { return r.RemovePort(id) }))
+	change("POST /v1/ports/{id}/subsystems/{nqn}", withPort(func(req *http.Request, id uint16) (*Changes, error) {
+		return r.LinkSubsystem(id, nqn(req))
+	}))
+	change("DELETE /v1/ports/{id}/subsystems/{nqn}", withPort(func(req *http.Request, id uint16) (*Changes, error) {
+		return r.UnlinkSubsystem(id, nqn(req))
+	}))
 
-	mux.HandleFunc("POST /v1/iscsi/targets", func(w http.ResponseWriter, req *http.Request) {
-		var t ISCSITarget
-		if body(w, req, &t) {
-			ch, err := r.AddISCSITarget(t)
-			changed(w, req, ch, err)
+	iqn := func(req *http.Request) string { return req.PathValue("iqn") }
+	change("POST /v1/iscsi/targets", withBody(func(_ *http.Request, t ISCSITarget) (*Changes, error) { return r.AddISCSITarget(t) }))
+	change("DELETE /v1/iscsi/targets/{iqn}", func(req *http.Request) (*Changes, error) { return r.RemoveISCSITarget(iqn(req)) })
+	change("POST /v1/iscsi/targets/{iqn}/luns", withBody(func(req *http.Request, ref LUNRef) (*Changes, error) {
+		return r.MapISCSILUN(iqn(req), ref)
+	}))
+	change("DELETE /v1/iscsi/targets/{iqn}/luns/{lun}", withLUN(func(req *http.Request, lun uint64) (*Changes, error) {
+		return r.UnmapISCSILUN(iqn(req), lun)
+	}))
+	change("POST /v1/iscsi/targets/{iqn}/initiators", withBody(func(req *http.Request, h HostRequest) (*Changes, error) {
+		return r.AllowISCSIInitiator(iqn(req), h.NQN)
+	}))
+	change("DELETE /v1/iscsi/targets/{iqn}/initiators/{name}", func(req *http.Request) (*Changes, error) {
+		return r.DenyISCSIInitiator(iqn(req), req.PathValue("name"))
+	})
+	change("PUT /v1/iscsi/targets/{iqn}/acls/{initiator}", withBody(func(req *http.Request, a ISCSIACL) (*Changes, error) {
+		if a.Initiator == "" {
+			a.Initiator = req.PathValue("initiator")
 		}
-	})
-	mux.HandleFunc("DELETE /v1/iscsi/targets/{iqn}", func(w http.ResponseWriter, req *http.Request) {
-		ch, err := r.RemoveISCSITarget(req.PathValue("iqn"))
-		changed(w, req, ch, err)
-	})
-	mux.HandleFunc("POST /v1/iscsi/targets/{iqn}/luns", func(w http.ResponseWriter, req *http.Request) {
-		var ref LUNRef
-		if body(w, req, &ref) {
-			ch, err := r.MapISCSILUN(req.PathValue("iqn"), ref)
-			changed(w, req, ch, err)
+		if a.Initiator != req.PathValue("initiator") {
+			return nil, fmt.Errorf("the body's initiator %s is not the path's %s", a.Initiator, req.PathValue("initiator"))
 		}
+		return r.SetISCSIACL(iqn(req), a)
+	}))
+	change("DELETE /v1/iscsi/targets/{iqn}/acls/{initiator}", func(req *http.Request) (*Changes, error) {
+		return r.RemoveISCSIACL(iqn(req), req.PathValue("initiator"))
 	})
-	mux.HandleFunc("DELETE /v1/iscsi/targets/{iqn}/luns/{lun}", func(w http.ResponseWriter, req *http.Request) {
-		if lun, ok := lunOf(w, req); ok {
-			ch, err := r.UnmapISCSILUN(req.PathValue("iqn"), lun)
-			changed(w, req, ch, err)
-		}
+	port := func(req *http.Request) string { return req.PathValue("port") }
+	change("POST /v1/srp/ports/{port}/initiators", withBody(func(req *http.Request, h HostRequest) (*Changes, error) {
+		return r.AllowSRPInitiator(port(req), h.NQN)
+	}))
+	change("DELETE /v1/srp/ports/{port}/initiators/{name}", func(req *http.Request) (*Changes, error) {
+		return r.DenySRPInitiator(port(req), req.PathValue("name"))
 	})
-	mux.HandleFunc("POST /v1/iscsi/targets/{iqn}/initiators", func(w http.ResponseWriter, req *http.Request) {
-		var h HostRequest
-		if body(w, req, &h) {
-			ch, err := r.AllowISCSIInitiator(req.PathValue("iqn"), h.NQN)
-			changed(w, req, ch, err)
-		}
-	})
-	mux.HandleFunc("DELETE /v1/iscsi/targets/{iqn}/initiators/{name}", func(w http.ResponseWriter, req *http.Request) {
-		ch, err := r.DenyISCSIInitiator(req.PathValue("iqn"), req.PathValue("name"))
-		changed(w, req, ch, err)
-	})
-	mux.HandleFunc("PUT /v1/iscsi/targets/{iqn}/acls/{initiator}", func(w http.ResponseWriter, req *http.Request) {
-		var a ISCSIACL
-		if body(w, req, &a) {
-			if a.Initiator == "" {
-				a.Initiator = req.PathValue("initiator")
-			}
-			if a.Initiator != req.PathValue("initiator") {
-				fail(w, fmt.Errorf("the body's initiator %s is not the path's %s", a.Initiator, req.PathValue("initiator")))
-				return
-			}
-			ch, err := r.SetISCSIACL(req.PathValue("iqn"), a)
-			changed(w, req, ch, err)
-		}
-	})
-	mux.HandleFunc("DELETE /v1/iscsi/targets/{iqn}/acls/{initiator}", func(w http.ResponseWriter, req *http.Request) {
-		ch, err := r.RemoveISCSIACL(req.PathValue("iqn"), req.PathValue("initiator"))
-		changed(w, req, ch, err)
-	})
-	mux.HandleFunc("POST /v1/srp/ports/{port}/initiators", func(w http.ResponseWriter, req *http.Request) {
-		var h HostRequest
-		if body(w, req, &h) {
-			ch, err := r.AllowSRPInitiator(req.PathValue("port"), h.NQN)
-			changed(w, req, ch, err)
-		}
-	})
-	mux.HandleFunc("DELETE /v1/srp/ports/{port}/initiators/{name}", func(w http.ResponseWriter, req *http.Request) {
-		ch, err := r.DenySRPInitiator(req.PathValue("port"), req.PathValue("name"))
-		changed(w, req, ch, err)
-	})
-	mux.HandleFunc("POST /v1/srp/ports/{port}/luns", func(w http.ResponseWriter, req *http.Request) {
-		var ref LUNRef
-		if body(w, req, &ref) {
-			ch, err := r.MapSRPLUN(req.PathValue("port"), ref)
-			changed(w, req, ch, err)
-		}
-	})
-	mux.HandleFunc("DELETE /v1/srp/ports/{port}/luns/{lun}", func(w http.ResponseWriter, req *http.Request) {
-		if lun, ok := lunOf(w, req); ok {
-			ch, err := r.UnmapSRPLUN(req.PathValue("port"), lun)
-			changed(w, req, ch, err)
-		}
-	})
+	change("POST /v1/srp/ports/{port}/luns", withBody(func(req *http.Request, ref LUNRef) (*Changes, error) {
+		return r.MapSRPLUN(port(req), ref)
+	}))
+	change("DELETE /v1/srp/ports/{port}/luns/{lun}", withLUN(func(req *http.Request, lun uint64) (*Changes, error) {
+		return r.UnmapSRPLUN(port(req), lun)
+	}))
 
-	closed := func(w http.ResponseWriter, req *http.Request, what string, err error) {
+	closed := func(what string, err error) (*Changes, error) {
 		if err != nil {
-			fail(w, err)
-			return
+			return nil, err
 		}
-		log.Info("admin: closed " + what)
-		reply(w, &Changes{Applied: []string{"closed " + what}})
+		return &Changes{Applied: []string{"closed " + what}}, nil
 	}
-	mux.HandleFunc("DELETE /v1/nvme/controllers/{nqn}/{cntlid}", func(w http.ResponseWriter, req *http.Request) {
-		id, err := strconv.ParseUint(req.PathValue("cntlid"), 10, 16)
+	change("DELETE /v1/nvme/controllers/{nqn}/{cntlid}", func(req *http.Request) (*Changes, error) {
+		id, err := pathNumber(req, "cntlid", "controller ID", 16)
 		if err != nil {
-			fail(w, fmt.Errorf("controller ID %q: want a number", req.PathValue("cntlid")))
-			return
+			return nil, err
 		}
-		closed(w, req, fmt.Sprintf("controller %d of %s", id, req.PathValue("nqn")), r.CloseController(req.PathValue("nqn"), uint16(id)))
+		return closed(fmt.Sprintf("controller %d of %s", id, nqn(req)), r.CloseController(nqn(req), uint16(id)))
 	})
-	mux.HandleFunc("DELETE /v1/iscsi/sessions/{tsih}", func(w http.ResponseWriter, req *http.Request) {
-		id, err := strconv.ParseUint(req.PathValue("tsih"), 10, 16)
+	change("DELETE /v1/iscsi/sessions/{tsih}", func(req *http.Request) (*Changes, error) {
+		id, err := pathNumber(req, "tsih", "TSIH", 16)
 		if err != nil {
-			fail(w, fmt.Errorf("TSIH %q: want a number", req.PathValue("tsih")))
-			return
+			return nil, err
 		}
-		closed(w, req, fmt.Sprintf("iscsi session %d", id), r.CloseISCSISession(uint16(id)))
+		return closed(fmt.Sprintf("iscsi session %d", id), r.CloseISCSISession(uint16(id)))
 	})
-	mux.HandleFunc("DELETE /v1/srp/channels/{id}", func(w http.ResponseWriter, req *http.Request) {
-		id, err := strconv.ParseUint(req.PathValue("id"), 10, 64)
+	change("DELETE /v1/srp/channels/{id}", func(req *http.Request) (*Changes, error) {
+		id, err := pathNumber(req, "id", "channel ID", 64)
 		if err != nil {
-			fail(w, fmt.Errorf("channel ID %q: want a number", req.PathValue("id")))
-			return
+			return nil, err
 		}
-		closed(w, req, fmt.Sprintf("srp channel %d", id), r.CloseSRPChannel(id))
+		return closed(fmt.Sprintf("srp channel %d", id), r.CloseSRPChannel(id))
 	})
 	return mux
+}
+
+// withBody decodes a request's JSON body (unknown fields refused) into a
+// T for do.
+func withBody[T any](do func(req *http.Request, v T) (*Changes, error)) func(*http.Request) (*Changes, error) {
+	return func(req *http.Request) (*Changes, error) {
+		var v T
+		dec := json.NewDecoder(io.LimitReader(req.Body, 1<<20))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&v); err != nil {
+			return nil, fmt.Errorf("request body: %w", err)
+		}
+		return do(req, v)
+	}
+}
+
+// withNSID reads the {nqn} and {nsid} path values for do.
+func withNSID(do func(nqn string, nsid uint32) (*Changes, error)) func(*http.Request) (*Changes, error) {
+	return func(req *http.Request) (*Changes, error) {
+		n, err := ParseNSID(req.PathValue("nsid"))
+		if err != nil {
+			return nil, err
+		}
+		return do(req.PathValue("nqn"), n)
+	}
+}
+
+// withPort reads the {id} path value, a port ID, for do.
+func withPort(do func(req *http.Request, id uint16) (*Changes, error)) func(*http.Request) (*Changes, error) {
+	return func(req *http.Request) (*Changes, error) {
+		n, err := pathNumber(req, "id", "port ID", 16)
+		if err != nil {
+			return nil, err
+		}
+		return do(req, uint16(n))
+	}
+}
+
+// withLUN reads the {lun} path value for do.
+func withLUN(do func(req *http.Request, lun uint64) (*Changes, error)) func(*http.Request) (*Changes, error) {
+	return func(req *http.Request) (*Changes, error) {
+		n, err := pathNumber(req, "lun", "LUN", 64)
+		if err != nil {
+			return nil, err
+		}
+		return do(req, n)
+	}
+}
+
+// pathNumber reads the path value key as an unsigned number of bits bits;
+// what names it in the error.
+func pathNumber(req *http.Request, key, what string, bits int) (uint64, error) {
+	n, err := strconv.ParseUint(req.PathValue(key), 10, bits)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: want a number", what, req.PathValue(key))
+	}
+	return n, nil
 }
 
 // AdminError is an error answer of the admin socket.
