@@ -62,7 +62,11 @@ func openDevice(c *cli.Context, rawURL string, queues, depth int) (blockdev.Devi
 		if err != nil {
 			return nil, nil, err
 		}
-		d, err := openSRPDevice(c.Context, rawURL, srpOptions{Queues: queues, Depth: depth, Logger: log})
+		choice, err := rdmaOf(c)
+		if err != nil {
+			return nil, nil, err
+		}
+		d, err := openSRPDevice(c.Context, rawURL, srpOptions{Queues: queues, Depth: depth, Logger: log, RDMA: choice})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -71,7 +71,7 @@ func runCLIContext(t *testing.T, ctx context.Context, args ...string) (string, s
 	var out, errOut bytes.Buffer
 	app.Writer, app.ErrWriter = &out, &errOut
 	argv := append([]string{"rdisk", "--log-level", "error"}, args...)
-	if !slices.Contains(args, "--hostid") && args[0] != "admin" && args[0] != "target" {
+	if !slices.Contains(args, "--hostid") && args[0] != "admin" && args[0] != "target" && args[0] != "rdma" {
 		argv = append(argv, "--hostnqn", cliHost, "--hostid", cliHostID)
 	}
 	cliMu.Lock()

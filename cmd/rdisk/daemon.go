@@ -14,7 +14,6 @@ import (
 	"github.com/rdisk/rdisk/initiator"
 	"github.com/rdisk/rdisk/initiator/nbd"
 	"github.com/rdisk/rdisk/nvmeof/host"
-	"github.com/rdisk/rdisk/rdma/iwarp"
 	"github.com/urfave/cli/v2"
 )
 
@@ -153,7 +152,11 @@ func protocolDialers(c *cli.Context, log *slog.Logger) (initiator.Dialers, func(
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := iwarp.New(iwarp.Config{Logger: log})
+	choice, err := rdmaOf(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := openRDMA(choice, log, "", false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -188,7 +191,7 @@ func protocolDialers(c *cli.Context, log *slog.Logger) (initiator.Dialers, func(
 		return openISCSIDevice(ctx, url, iscsiOpts)
 	}
 	srpDial := func(ctx context.Context, url string) (blockdev.Device, error) {
-		return openSRPDevice(ctx, url, srpOptions{Queues: cfg.IOQueues, Depth: 128, Logger: log})
+		return openSRPDevice(ctx, url, srpOptions{Queues: cfg.IOQueues, Depth: 128, Logger: log, RDMA: choice})
 	}
 	return initiator.Dialers{"nvme": nvme, "nvme+rdma": nvme, "nvme+tcp": nvme, "iser": iscsi, "iscsi": iscsi, "srp": srpDial}, func() { p.Close() }, nil
 }

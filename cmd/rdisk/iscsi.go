@@ -2,19 +2,22 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/iser"
 	"github.com/rdisk/rdisk/iser/initiator"
-	"github.com/rdisk/rdisk/rdma/iwarp"
+	"github.com/rdisk/rdisk/rdma"
 	"github.com/urfave/cli/v2"
 )
 
@@ -47,6 +50,8 @@ type iscsiOpenOptions struct {
 	// QueueDepth is the number of commands in flight (0: 128).
 	QueueDepth int
 	Logger     *slog.Logger
+	// RDMA is the --rdma choice for iser:// ("": auto).
+	RDMA string
 }
 
 // iscsiOptionsFromFlags reads the iSCSI flags, tolerating commands that do
@@ -70,6 +75,9 @@ func iscsiOptionsFromFlags(c *cli.Context) (iscsiOpenOptions, error) {
 		return o, err
 	}
 	o.Logger = log
+	if o.RDMA, err = rdmaOf(c); err != nil {
+		return o, err
+	}
 	return o, nil
 }
 
@@ -94,13 +102,13 @@ func initiatorName(flag string) string {
 
 // iscsiConfig builds the initiator configuration; the iSER provider, if
 // any, is the caller's to close.
-func iscsiConfig(u initiator.URL, o iscsiOpenOptions) (initiator.Config, *iwarp.Provider, error) {
+func iscsiConfig(u initiator.URL, o iscsiOpenOptions) (initiator.Config, rdma.Provider, error) {
 	cfg := initiator.Config{InitiatorName: initiatorName(o.InitiatorName), CHAP: o.CHAP, MutualCHAP: o.MutualCHAP,
 		QueueDepth: o.QueueDepth, Logger: o.Logger}
 	if u.Transport != iser.TransportISER {
 		return cfg, nil, nil
 	}
-	p, err := iwarp.New(iwarp.Config{Logger: o.Logger})
+	p, err := openRDMA(cmp.Or(o.RDMA, rdmaAuto), o.Logger, net.JoinHostPort(u.Host, strconv.Itoa(u.Port)), false)
 	if err != nil {
 		return cfg, nil, err
 	}
@@ -218,7 +226,7 @@ func openISCSIDevice(ctx context.Context, url string, opts iscsiOpenOptions) (bl
 // providerDevice closes the RDMA provider with the device.
 type providerDevice struct {
 	*initiator.Device
-	p *iwarp.Provider
+	p rdma.Provider
 }
 
 func (d *providerDevice) Close() error {

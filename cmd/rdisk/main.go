@@ -114,10 +114,12 @@ func newApp() *cli.App {
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json (one JSON object per line, log/slog's keys)"},
 			&cli.BoolFlag{Name: "version", Aliases: []string{"v"}, Usage: "print the version"},
+			rdmaFlag(),
 		},
 		Commands: []*cli.Command{
 			targetCommand(),
 			rdmaPerfCommand(),
+			rdmaCommand(),
 			discoverCommand(),
 			nvmeCommand(),
 			benchCommand(),

@@ -11,7 +11,7 @@ import (
 	"github.com/rdisk/rdisk/nvmeof"
 	"github.com/rdisk/rdisk/nvmeof/auth"
 	"github.com/rdisk/rdisk/nvmeof/host"
-	"github.com/rdisk/rdisk/rdma/iwarp"
+	"github.com/rdisk/rdisk/rdma"
 	"github.com/urfave/cli/v2"
 )
 
@@ -92,7 +92,7 @@ func applyURL(c *cli.Context, cfg *host.Config, u host.URL) error {
 
 // nvmeSetup builds the host configuration (identity, logger) and the RDMA
 // provider for the NVMe-oF commands (NVMe/TCP connections ignore it).
-func nvmeSetup(c *cli.Context) (host.Config, *iwarp.Provider, error) {
+func nvmeSetup(c *cli.Context) (host.Config, rdma.Provider, error) {
 	log, err := logger(c)
 	if err != nil {
 		return host.Config{}, nil, err
@@ -102,7 +102,11 @@ func nvmeSetup(c *cli.Context) (host.Config, *iwarp.Provider, error) {
 		return host.Config{}, nil, err
 	}
 	log.Debug("host identity", "hostnqn", id.NQN, "from", id.NQNFrom, "hostid", formatUUID(id.ID), "id_from", id.IDFrom)
-	p, err := iwarp.New(iwarp.Config{Logger: log})
+	choice, err := rdmaOf(c)
+	if err != nil {
+		return host.Config{}, nil, err
+	}
+	p, err := openRDMA(choice, log, "", false)
 	if err != nil {
 		return host.Config{}, nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"os"
 
 	"github.com/rdisk/rdisk/internal/units"
-	"github.com/rdisk/rdisk/rdma/iwarp"
 	"github.com/rdisk/rdisk/rdma/rdmaperf"
 	"github.com/urfave/cli/v2"
 )
@@ -30,7 +29,11 @@ func rdmaPerfCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					p, err := iwarp.New(iwarp.Config{Logger: log})
+					choice, err := rdmaOf(c)
+					if err != nil {
+						return err
+					}
+					p, err := openRDMA(choice, log, c.String("listen"), true)
 					if err != nil {
 						return err
 					}
@@ -44,7 +47,7 @@ func rdmaPerfCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					fmt.Printf("rdma-perf server listening on %s (software iWARP); run: rdisk rdma-perf client %s --op write\n", ln.Addr(), ln.Addr())
+					fmt.Printf("rdma-perf server listening on %s (%s); run: rdisk rdma-perf client %s --op write\n", ln.Addr(), providerName(p), ln.Addr())
 					return rdmaperf.Serve(c.Context, p, ln, log, hook)
 				},
 			},
@@ -79,7 +82,11 @@ func rdmaPerfCommand() *cli.Command {
 					if err := setProcs(c, 1); err != nil { // one QP
 						return err
 					}
-					p, err := iwarp.New(iwarp.Config{Logger: log})
+					choice, err := rdmaOf(c)
+					if err != nil {
+						return err
+					}
+					p, err := openRDMA(choice, log, c.Args().First(), false)
 					if err != nil {
 						return err
 					}

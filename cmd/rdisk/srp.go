@@ -16,6 +16,7 @@ package main
 //   - target.go: append srpTargetFlags() to the flags; scsiFromFlags turns them into the config's rdisk_srp section.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -24,7 +25,7 @@ import (
 
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/internal/units"
-	"github.com/rdisk/rdisk/rdma/iwarp"
+	"github.com/rdisk/rdisk/rdma"
 	"github.com/rdisk/rdisk/srp"
 	srpinitiator "github.com/rdisk/rdisk/srp/initiator"
 	"github.com/urfave/cli/v2"
@@ -42,12 +43,14 @@ type srpOptions struct {
 	// empty means one derived from the host name.
 	InitiatorPortID string
 	Logger          *slog.Logger
+	// RDMA is the --rdma choice ("": auto).
+	RDMA string
 }
 
 // srpDevice closes its provider with the device.
 type srpDevice struct {
 	*srpinitiator.Device
-	p *iwarp.Provider
+	p rdma.Provider
 }
 
 func (d *srpDevice) Close() error {
@@ -70,8 +73,8 @@ func srpInitiatorConfig(opts srpOptions) (srpinitiator.Config, error) {
 	return cfg, nil
 }
 
-// openSRPDevice logs in to the SRP target port a URL names over rdisk's
-// software iWARP provider and opens its LUN as a blockdev.Device. Closing
+// openSRPDevice logs in to the SRP target port a URL names over the RDMA
+// provider opts.RDMA picks and opens its LUN as a blockdev.Device. Closing
 // the device logs out.
 func openSRPDevice(ctx context.Context, rawURL string, opts srpOptions) (blockdev.Device, error) {
 	u, err := srp.ParseURL(rawURL)
@@ -82,7 +85,7 @@ func openSRPDevice(ctx context.Context, rawURL string, opts srpOptions) (blockde
 	if err != nil {
 		return nil, err
 	}
-	p, err := iwarp.New(iwarp.Config{Logger: opts.Logger})
+	p, err := openRDMA(cmp.Or(opts.RDMA, rdmaAuto), opts.Logger, u.Addr(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +109,11 @@ func discoverSRP(c *cli.Context, rawURL string) error {
 	if err != nil {
 		return err
 	}
-	p, err := iwarp.New(iwarp.Config{Logger: log})
+	choice, err := rdmaOf(c)
+	if err != nil {
+		return err
+	}
+	p, err := openRDMA(choice, log, u.Addr(), false)
 	if err != nil {
 		return err
 	}

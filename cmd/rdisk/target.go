@@ -116,11 +116,18 @@ func runTarget(c *cli.Context) error {
 	if adminLn != nil {
 		defer adminLn.Close()
 	}
-	p, err := iwarp.New(iwarp.Config{Logger: log})
+	choice, err := rdmaOf(c)
+	if err != nil {
+		return err
+	}
+	p, err := openRDMA(choice, log, rdmaListenAddr(cfg), true)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
+	if _, sw := p.(*iwarp.Provider); !sw {
+		log.Info("rdisk target: RDMA over rdma-core verbs", "provider", p.Name())
+	}
 	run, err := target.Start(cfg, p, log, hook)
 	if err != nil {
 		return err
@@ -145,9 +152,9 @@ func runTarget(c *cli.Context) error {
 	}
 	printDisks(cfg, run.Disks())
 	for _, port := range run.Ports {
-		printPort(port, port.Subsystems())
+		printPort(port, port.Subsystems(), providerName(p))
 	}
-	printSCSIConfig(cfg, run)
+	printSCSIConfig(cfg, run, providerName(p))
 	reload := reloadFunc(c.String("config"), run, log)
 	if metricsLn != nil {
 		go serveMetrics(c.Context, metricsLn, newRegistry(run.Collector()), log)
@@ -190,6 +197,20 @@ func runTarget(c *cli.Context) error {
 	}
 	fmt.Println("rdisk target: stopped cleanly")
 	return nil
+}
+
+// rdmaListenAddr is the first RDMA address the configuration listens on
+// (what --rdma auto asks the devices about), or "".
+func rdmaListenAddr(cfg *target.Config) string {
+	for _, pc := range cfg.Ports {
+		if pc.Addr.TrType != "tcp" && !pc.Disabled {
+			return net.JoinHostPort(pc.Addr.TrAddr, pc.Addr.TrSvcID)
+		}
+	}
+	if cfg.SRP != nil && len(cfg.SRP.Listen) > 0 {
+		return cfg.SRP.Listen[0]
+	}
+	return ""
 }
 
 // listenAdmin opens --admin-socket. The default path, when it cannot be
@@ -341,11 +362,15 @@ func scsiFromFlags(c *cli.Context, cfg *target.Config, nqn string) error {
 }
 
 // printSCSIConfig prints the iSCSI targets and SRP ports of the config.
-func printSCSIConfig(cfg *target.Config, run *target.Running) {
+func printSCSIConfig(cfg *target.Config, run *target.Running, pname string) {
 	if run.ISCSI != nil {
 		for _, a := range run.ISCSIPortals {
 			for _, t := range cfg.ISCSI.Targets {
-				fmt.Printf("rdisk target: serving %s on %s (iSCSI/TCP and iSER, software iWARP)\n", t.IQN, a)
+				if pname == "software iWARP" {
+					fmt.Printf("rdisk target: serving %s on %s (iSCSI/TCP and iSER, %s)\n", t.IQN, a, pname)
+				} else {
+					fmt.Printf("rdisk target: serving %s on %s (iSCSI/TCP; iSER on the portal needs --rdma iwarp for now)\n", t.IQN, a)
+				}
 				for _, l := range t.LUNs {
 					fmt.Printf("  LUN %d = %s namespace %d: iscsi://%s/%s/%d  iser://%s/%s/%d\n", l.LUN, l.Subsystem, l.NSID, a, t.IQN, l.LUN, a, t.IQN, l.LUN)
 				}
@@ -356,7 +381,7 @@ func printSCSIConfig(cfg *target.Config, run *target.Running) {
 	for _, a := range run.SRPAddrs {
 		for i, p := range run.SRPPorts {
 			u := p.URL(a.String())
-			fmt.Printf("rdisk target: serving SRP target port on %s (SRP over RDMA/CM, software iWARP)\n  %s\n", a, u)
+			fmt.Printf("rdisk target: serving SRP target port on %s (SRP over RDMA/CM, %s)\n  %s\n", a, pname, u)
 			for _, l := range cfg.SRP.Ports[i].LUNs {
 				fmt.Printf("  LUN %d = %s namespace %d\n", l.LUN, l.Subsystem, l.NSID)
 			}
@@ -393,15 +418,15 @@ func printDisks(cfg *target.Config, disks []backstore.Disk) {
 
 // printPort prints what a port serves, with the URLs and the Linux
 // commands that reach it.
-func printPort(port *nvmet.Port, subs []string) {
+func printPort(port *nvmet.Port, subs []string, pname string) {
 	addr := port.Addr().String()
 	tr := port.Transport()
 	rdmaOn := tr == nvmet.TransportRDMA || tr == nvmet.TransportBoth
 	tcpOn := tr == nvmet.TransportTCP || tr == nvmet.TransportBoth
 	what := map[nvmet.Transport]string{
-		nvmet.TransportRDMA: "NVMe-oF/RDMA, software iWARP",
+		nvmet.TransportRDMA: "NVMe-oF/RDMA, " + pname,
 		nvmet.TransportTCP:  "NVMe/TCP",
-		nvmet.TransportBoth: "NVMe/TCP and NVMe-oF/RDMA over software iWARP, one port",
+		nvmet.TransportBoth: "NVMe/TCP and NVMe-oF/RDMA over " + pname + ", one port",
 	}[tr]
 	h, p := hostOf(addr), portOf(addr)
 	if len(subs) == 0 {
