@@ -251,11 +251,17 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 	case TransportTCP:
 		ln, err = t.listenTCP(addr, nil)
 	case TransportBoth:
-		sp, ok := t.p.(rdma.StreamProvider)
-		if !ok {
-			return nil, fmt.Errorf("port %d: transport %s needs an RDMA provider whose connections are TCP streams (the software iWARP provider)", cfg.ID, cfg.Transport)
+		if t.p == nil {
+			return nil, fmt.Errorf("port %d: transport %s needs an RDMA provider", cfg.ID, cfg.Transport)
 		}
-		ln, err = t.listenTCP(addr, sp)
+		if sp, ok := t.p.(rdma.StreamProvider); ok {
+			// One TCP listener: MPA requests and ICReqs told apart.
+			ln, err = t.listenTCP(addr, sp)
+		} else {
+			// A device's RDMA/CM port space is not TCP's: an RDMA/CM
+			// listener and a TCP one on the same port number.
+			ln, err = t.listenPair(addr)
+		}
 	default:
 		return nil, fmt.Errorf("port %d: transport %q: want %s, %s or %s", cfg.ID, cfg.Transport, TransportRDMA, TransportTCP, TransportBoth)
 	}

@@ -717,3 +717,57 @@ func (q *tcpQueue) finish() {
 
 // trType implements transport.
 func (q *tcpQueue) trType() uint8 { return nvmeof.TrTypeTCP }
+
+// pairListener serves NVMe/TCP on a TCP listener and NVMe/RDMA on an
+// RDMA/CM listener of the same port number: TransportBoth with a provider
+// whose connections are not TCP streams (rdma-core verbs: the RDMA/CM
+// port space of RoCE, InfiniBand or a kernel iWARP device is its own).
+type pairListener struct {
+	tcp  *tcpListener
+	rdma rdmaListener
+}
+
+// listenPair listens for NVMe/TCP on addr, then for NVMe/RDMA on the port
+// number the TCP listener got.
+func (t *Target) listenPair(addr string) (portListener, error) {
+	tl, err := t.listenTCP(addr, nil)
+	if err != nil {
+		return nil, err
+	}
+	tcp := tl.(*tcpListener)
+	host, _, _ := net.SplitHostPort(addr)
+	_, port, _ := net.SplitHostPort(tcp.Addr().String())
+	rl, err := t.listenRDMA(net.JoinHostPort(host, port))
+	if err != nil {
+		tcp.Close()
+		return nil, fmt.Errorf("NVMe/RDMA beside NVMe/TCP on port %s: %w", port, err)
+	}
+	return &pairListener{tcp: tcp, rdma: rl.(rdmaListener)}, nil
+}
+
+// Addr implements portListener: the TCP address (the same port number
+// serves RDMA).
+func (l *pairListener) Addr() net.Addr { return l.tcp.Addr() }
+
+// Close implements portListener.
+func (l *pairListener) Close() error {
+	err := l.tcp.Close()
+	if rerr := l.rdma.Close(); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// serve implements portListener: both listeners until they close.
+func (l *pairListener) serve(p *Port) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.rdma.serve(p)
+	}()
+	l.tcp.serve(p)
+	<-done
+}
+
+// trTypes implements portListener.
+func (l *pairListener) trTypes() []uint8 { return []uint8{nvmeof.TrTypeRDMA, nvmeof.TrTypeTCP} }
