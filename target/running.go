@@ -38,6 +38,10 @@ type Running struct {
 	// ISCSIPortals; SRP the rdisk_srp section's SRPPorts on SRPAddrs.
 	ISCSI        *iscsitarget.Target
 	ISCSIPortals []net.Addr
+	// ISERPortals are the RDMA/CM listeners beside ISCSIPortals when the
+	// provider's connections are not TCP streams (rdma-core verbs); with
+	// the software iWARP provider iSER shares the TCP portal instead.
+	ISERPortals []net.Addr
 	SRP          *srptarget.Target
 	SRPPorts     []*srptarget.Port
 	SRPAddrs     []net.Addr
@@ -201,6 +205,22 @@ func (r *Running) listenSCSI() error {
 					r.log.Error("iscsi portal", "addr", ln.Addr(), "err", err)
 				}
 			}()
+			if _, stream := r.p.(rdma.StreamProvider); r.p != nil && !stream {
+				// iSER through the device's RDMA/CM, same port number.
+				host, _, _ := net.SplitHostPort(a)
+				_, port, _ := net.SplitHostPort(ln.Addr().String())
+				rl, err := r.p.Listen(r.ctx, net.JoinHostPort(host, port))
+				if err != nil {
+					r.log.Warn("iscsi portal: iSER not served beside iSCSI/TCP", "addr", net.JoinHostPort(host, port), "provider", r.p.Name(), "err", err)
+					continue
+				}
+				r.ISERPortals = append(r.ISERPortals, rl.Addr())
+				go func() {
+					if err := r.ISCSI.ServeRDMA(r.ctx, r.p, rl); err != nil {
+						r.log.Error("iser portal", "addr", rl.Addr(), "err", err)
+					}
+				}()
+			}
 		}
 	}
 	if sc := r.cfg.SRP; sc != nil {

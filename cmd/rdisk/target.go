@@ -366,10 +366,13 @@ func printSCSIConfig(cfg *target.Config, run *target.Running, pname string) {
 	if run.ISCSI != nil {
 		for _, a := range run.ISCSIPortals {
 			for _, t := range cfg.ISCSI.Targets {
-				if pname == "software iWARP" {
+				switch {
+				case pname == "software iWARP":
 					fmt.Printf("rdisk target: serving %s on %s (iSCSI/TCP and iSER, %s)\n", t.IQN, a, pname)
-				} else {
-					fmt.Printf("rdisk target: serving %s on %s (iSCSI/TCP; iSER on the portal needs --rdma iwarp for now)\n", t.IQN, a)
+				case len(run.ISERPortals) > 0:
+					fmt.Printf("rdisk target: serving %s on %s (iSCSI/TCP, and iSER over %s on the same port number)\n", t.IQN, a, pname)
+				default:
+					fmt.Printf("rdisk target: serving %s on %s (iSCSI/TCP; no RDMA device serves this address for iSER)\n", t.IQN, a)
 				}
 				for _, l := range t.LUNs {
 					fmt.Printf("  LUN %d = %s namespace %d: iscsi://%s/%s/%d  iser://%s/%s/%d\n", l.LUN, l.Subsystem, l.NSID, a, t.IQN, l.LUN, a, t.IQN, l.LUN)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"slices"
 	"strings"
 	"time"
@@ -37,7 +36,7 @@ const drainPoll = 5 * time.Millisecond
 func (t *Target) Drain(ctx context.Context) error {
 	t.mu.Lock()
 	t.draining.Store(true)
-	lns := make([]net.Listener, 0, len(t.lns))
+	lns := make([]io.Closer, 0, len(t.lns))
 	for ln := range t.lns {
 		lns = append(lns, ln)
 	}

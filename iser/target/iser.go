@@ -68,8 +68,9 @@ type iserConn struct {
 // Response carrying the status was sent.
 const errLoginFailed = errorString("login failed")
 
-// serveISER runs an iSER connection from its connection request to its end.
-func (t *Target) serveISER(req rdma.ConnRequest) {
+// serveISER runs an iSER connection from its connection request to its
+// end, on p, the provider the request came from.
+func (t *Target) serveISER(p rdma.Provider, req rdma.ConnRequest) {
 	log := t.log.With("peer", req.RemoteAddr().String(), "transport", transportNames[transISER])
 	cm, _ := iser.ParseISERCM(req.PrivateData())
 	acc, sendInv := iser.AcceptFor(cm, !t.cfg.NoSendWithInvalidate)
@@ -78,7 +79,7 @@ func (t *Target) serveISER(req rdma.ConnRequest) {
 	// slot of the conn.
 	ntasks := taskSlots(t.cfg.QueueDepth)
 	q, err := rdmaq.NewTargetQueue(rdmaq.TargetConfig{
-		Provider: t.cfg.Provider, Recvs: t.cfg.QueueDepth + extraRecvs, RecvLen: iserRecvLen,
+		Provider: p, Recvs: t.cfg.QueueDepth + extraRecvs, RecvLen: iserRecvLen,
 		Slots: ntasks, RespLen: taskSendLen, SendWRs: 2*ntasks + ctlBufs + 8,
 		Ctl: ctlBufs, CtlLen: ctlSendLen, MaxData: t.cfg.MaxTransfer,
 	}, x)

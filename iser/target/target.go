@@ -235,7 +235,7 @@ type Target struct {
 	nextTSIH uint16
 	sessions map[uint16]*session
 	conns    map[io.Closer]bool
-	lns      map[net.Listener]bool
+	lns      map[io.Closer]bool // portal listeners: net.Listener, and rdma.Listener (ServeRDMA)
 	closed   bool
 
 	// draining is set by Drain: logins are refused (service unavailable)
@@ -276,7 +276,7 @@ func New(cfg Config) (*Target, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Target{cfg: cfg, log: log, sessions: map[uint16]*session{},
-		conns: map[io.Closer]bool{}, lns: map[net.Listener]bool{}, nextTSIH: 1}
+		conns: map[io.Closer]bool{}, lns: map[io.Closer]bool{}, nextTSIH: 1}
 	ns := &nodeSet{byName: map[string]*node{}}
 	for _, tc := range cfg.Targets {
 		if _, dup := ns.byName[tc.Name]; dup {
@@ -607,6 +607,50 @@ func (t *Target) Serve(ctx context.Context, ln net.Listener) error {
 	}
 }
 
+// ServeRDMA serves iSER connection requests from ln, an RDMA/CM listener
+// of p, a provider whose connections are not TCP streams (rdma-core verbs),
+// beside Serve's iSCSI/TCP listener of the same port number: a device's
+// RDMA/CM port space is its own. It returns as Serve does.
+func (t *Target) ServeRDMA(ctx context.Context, p rdma.Provider, ln rdma.Listener) error {
+	t.mu.Lock()
+	if t.closed || t.draining.Load() {
+		t.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	t.lns[ln] = true
+	t.wg.Add(1)
+	t.mu.Unlock()
+	defer t.wg.Done()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	defer func() {
+		t.mu.Lock()
+		delete(t.lns, ln)
+		t.mu.Unlock()
+		ln.Close()
+	}()
+	t.log.Info("iscsi: iSER portal listening", "addr", ln.Addr())
+	for {
+		req, err := ln.Accept(ctx)
+		if err != nil {
+			if ctx.Err() != nil || t.ctx.Err() != nil || t.draining.Load() || errors.Is(err, rdma.ErrClosed) || errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return fmt.Errorf("iscsi target: iSER accept: %w", err)
+		}
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			if h := t.cfg.ConnHook; h != nil {
+				h(1)
+				defer h(-1)
+			}
+			t.serveISER(p, req)
+		}()
+	}
+}
+
 func (t *Target) track(c io.Closer) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -647,7 +691,7 @@ func (t *Target) serveConn(c net.Conn) {
 				t.log.Info("iscsi: RDMA connection request failed", "peer", c.RemoteAddr().String(), "transport", "iser", "err", err)
 				return
 			}
-			t.serveISER(req)
+			t.serveISER(p, req)
 			return
 		}
 	}
@@ -689,7 +733,7 @@ func (t *Target) Close() error {
 		return nil
 	}
 	t.closed = true
-	lns := make([]net.Listener, 0, len(t.lns))
+	lns := make([]io.Closer, 0, len(t.lns))
 	for ln := range t.lns {
 		lns = append(lns, ln)
 	}
