@@ -42,9 +42,9 @@ type Running struct {
 	// provider's connections are not TCP streams (rdma-core verbs); with
 	// the software iWARP provider iSER shares the TCP portal instead.
 	ISERPortals []net.Addr
-	SRP          *srptarget.Target
-	SRPPorts     []*srptarget.Port
-	SRPAddrs     []net.Addr
+	SRP         *srptarget.Target
+	SRPPorts    []*srptarget.Port
+	SRPAddrs    []net.Addr
 
 	p      rdma.Provider
 	open   func(path string, blockSize int, readOnly bool) (backstore.Disk, error)
