@@ -694,6 +694,13 @@ func (c *conn) onLogout(p iser.PDU) {
 	if resp == iser.LogoutSuccess {
 		c.setEnd(endLogout)
 		c.t.stats.logout.Add(1)
+		// The I_T nexus loss completes its SCSI effects (reservations
+		// released, tasks aborted: SAM-5 6.3.4) before the response
+		// tells the initiator the session is over, so another
+		// initiator acting on that sees them done.
+		if c.sess != nil && c.sess.scsi != nil {
+			c.sess.scsi.Close()
+		}
 	}
 	r := &ctl{advance: true, close: resp == iser.LogoutSuccess}
 	iser.LogoutResponse(r.hdr[:]).Encode(&iser.LogoutResponseFields{Response: resp, ITT: p.BHS.ITT()})
