@@ -16,6 +16,8 @@ command -v qemu-io >/dev/null 2>&1 || need_apt+=(qemu-utils)
 command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 command -v iscsi-test-cu >/dev/null 2>&1 || need_apt+=(libiscsi-bin)
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd) # deploy/: systemd-analyze verify of the units
+# The verbs build (-tags verbs, cgo): rdma-core's headers and libraries.
+[ -e /usr/include/infiniband/verbs.h ] && [ -e /usr/include/rdma/rdma_cma.h ] || need_apt+=(libibverbs-dev librdmacm-dev)
 if ((${#need_apt[@]})); then
 	if [ "$(id -u)" = 0 ]; then
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
@@ -34,6 +36,17 @@ fi
 
 echo "== go vet"
 go vet ./...
+
+# The verbs variant builds and vets here even without an RDMA device (the
+# lab runs it: test/interop/run-verbs-conformance.sh).
+if [ -e /usr/include/infiniband/verbs.h ] && [ -e /usr/include/rdma/rdma_cma.h ]; then
+	echo "== go vet / build / test -tags verbs"
+	go vet -tags verbs ./rdma/verbs ./cmd/rdisk
+	go build -tags verbs -o /dev/null ./cmd/rdisk
+	go test -tags verbs -count=1 ./rdma/verbs
+else
+	echo "== -tags verbs skipped: libibverbs-dev/librdmacm-dev missing (not root?)"
+fi
 
 # Core packages: wire codecs, transport, storage.
 core=(./rdma/... ./internal/...)
