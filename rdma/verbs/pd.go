@@ -21,9 +21,33 @@ import (
 type protDomain struct {
 	p  *Provider
 	pd *C.struct_ibv_pd
+
+	zeroOnce sync.Once
+	zeroBuf  unsafe.Pointer // C memory
+	zeroMR   *C.struct_ibv_mr
+}
+
+// zeroSGE returns an empty scatter entry naming a small MR of the PD:
+// libsiw refuses receives without scatter entries, so a zero-length
+// receive carries this one.
+func (pd *protDomain) zeroSGE() (C.struct_rd_sge, error) {
+	pd.zeroOnce.Do(func() {
+		pd.zeroBuf = C.calloc(1, 64)
+		pd.zeroMR = C.ibv_reg_mr(pd.pd, pd.zeroBuf, 64, C.IBV_ACCESS_LOCAL_WRITE)
+	})
+	if pd.zeroMR == nil {
+		return C.struct_rd_sge{}, errors.New("verbs: cannot register the PD's scratch MR")
+	}
+	return C.struct_rd_sge{addr: C.uint64_t(uintptr(pd.zeroBuf)), length: 0, lkey: pd.zeroMR.lkey}, nil
 }
 
 func (pd *protDomain) Close() error {
+	if pd.zeroMR != nil {
+		C.ibv_dereg_mr(pd.zeroMR)
+	}
+	if pd.zeroBuf != nil {
+		C.free(pd.zeroBuf)
+	}
 	if rc := C.ibv_dealloc_pd(pd.pd); rc != 0 {
 		return fmt.Errorf("verbs: ibv_dealloc_pd: %v", syscall.Errno(rc))
 	}

@@ -509,6 +509,12 @@ func (q *qp) PostRecv(wr *rdma.RecvWR) error {
 	if err != nil {
 		return err
 	}
+	if n == 0 && q.p.dev.iwarp {
+		if q.rsge[0], err = q.pd.zeroSGE(); err != nil {
+			return err
+		}
+		n = 1
+	}
 	seq := q.rqHead
 	q.rqSlots[seq%uint64(q.maxRecv)] = wr.ID
 	if rc := C.rd_post_recv(q.qp, C.uint64_t(seq|recvBit), unsafe.SliceData(q.rsge), C.int(n)); rc != 0 {
