@@ -155,6 +155,13 @@ type slot struct {
 
 	// What an in-flight slot still waits for (wantSend, wantResp).
 	pending uint8
+	// tx counts the TCP sender's items (the command, Data-Out answering
+	// an R2T) that still read the slot, plus txResp once the receive side
+	// is done with it: the slot completes when it is exactly txResp, by
+	// whichever side gets it there (see responded and tcpLink.release),
+	// so that its ITT, buffer and data pointer are not reused, nor the
+	// caller's buffer handed back, while the sender still sends from them.
+	tx atomic.Int32
 
 	// TCP transfer state.
 	r2tSN uint32
@@ -514,8 +521,12 @@ func (s *Session) handle(p iser.PDU) error {
 	return nil
 }
 
+// txResp is the bit of slot.tx the receive side sets when it is done.
+const txResp = 1 << 30
+
 // responded is called when a slot's response is in; the link decides
-// whether the slot is complete (iSER also waits for its send completion).
+// whether the slot is complete (iSER also waits for its send completion,
+// iSCSI/TCP for its sender to stop reading the slot).
 func (s *Session) responded(sl *slot) {
 	if sl.pending&wantResp == 0 {
 		return
@@ -526,7 +537,7 @@ func (s *Session) responded(sl *slot) {
 		// Response, before our own send completion shows up.
 		sl.pending = 0
 	}
-	if sl.pending == 0 {
+	if sl.pending == 0 && sl.tx.Add(txResp) == txResp {
 		s.finish(sl)
 	}
 }
@@ -549,14 +560,23 @@ func (s *Session) finish(sl *slot) {
 	sl.done <- struct{}{}
 }
 
-// sweep completes every in-flight slot of a dead session with its error.
+// sweep completes every in-flight slot of a dead session with its error;
+// a slot whose response was in but that its sender held (it stopped
+// before it was done) completes with its response. The link's sender has
+// stopped.
 func (s *Session) sweep() {
 	err := s.closedErr()
 	for i := range s.slots {
 		sl := &s.slots[i]
-		if sl.state.Load() == slotFlight && sl.pending != 0 {
+		if sl.state.Load() != slotFlight {
+			continue
+		}
+		switch {
+		case sl.pending != 0:
 			sl.err = err
 			sl.pending = 0
+			s.finish(sl)
+		case sl.tx.Load() > txResp:
 			s.finish(sl)
 		}
 	}
@@ -570,6 +590,7 @@ func (s *Session) post(sl *slot) error {
 		sl.pending |= wantSend
 	}
 	sl.issued.Store(time.Now().UnixNano())
+	sl.tx.Store(0)
 	sl.state.Store(slotFlight)
 	if err := s.lk.submit(sl); err != nil {
 		if sl.state.CompareAndSwap(slotFlight, slotBusy) {
@@ -761,6 +782,7 @@ func (s *Session) pingReply(lun uint64, ttt uint32, data []byte) {
 		iser.NOPOut(sl.hdr[:]).Encode(&iser.NOPOutFields{Immediate: true, LUN: lun, ITT: iser.ReservedTag, TTT: ttt})
 		// No response comes: the link frees it once sent.
 		sl.pending = 0
+		sl.tx.Store(0)
 		sl.state.Store(slotFlight)
 		if err := s.lk.submit(sl); err != nil {
 			s.fail(err)

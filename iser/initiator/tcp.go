@@ -54,6 +54,12 @@ func dialTCP(ctx context.Context, addr string, lcfg *iser.InitiatorConfig, cfg *
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
+	return startTCP(ctx, nc, addr, lcfg, cfg)
+}
+
+// startTCP logs in over a connected stream and starts the session's
+// goroutines; it closes nc on failure.
+func startTCP(ctx context.Context, nc net.Conn, addr string, lcfg *iser.InitiatorConfig, cfg *Config) (*Session, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		nc.SetDeadline(dl)
 	}
@@ -113,8 +119,22 @@ func dialTCP(ctx context.Context, addr string, lcfg *iser.InitiatorConfig, cfg *
 }
 
 func (l *tcpLink) submit(sl *slot) error {
+	sl.tx.Add(1)
 	l.enqueue(txItem{sl: sl})
 	return nil
+}
+
+// release is the sender done with an item of sl: the last one completes
+// the slot if the receive side is done with it too (see slot.tx). A ping
+// answer, which no response follows, goes back to its pool.
+func (l *tcpLink) release(sl *slot) {
+	if sl.kind == kindNOP && sl.itt == iser.ReservedTag {
+		l.s.put(sl)
+		return
+	}
+	if sl.tx.Add(-1) == txResp {
+		l.s.finish(sl)
+	}
 }
 
 // finished implements link: TCP holds nothing per slot.
@@ -176,7 +196,7 @@ func (l *tcpLink) dataIn(p iser.PDU) error {
 	h := p.BHS
 	s.update(h)
 	sl := s.slotByITT(h.ITT())
-	if sl == nil || !sl.read {
+	if sl == nil || !sl.read || sl.pending&wantResp == 0 {
 		return fmt.Errorf("Data-In for ITT %#x, which is not an outstanding read", h.ITT())
 	}
 	d := iser.DataIn(h)
@@ -200,7 +220,7 @@ func (l *tcpLink) r2t(p iser.PDU) error {
 	s := l.s
 	s.update(p.BHS)
 	sl := s.slotByITT(p.BHS.ITT())
-	if sl == nil || !sl.write {
+	if sl == nil || !sl.write || sl.pending&wantResp == 0 {
 		return fmt.Errorf("R2T for ITT %#x, which is not an outstanding write", p.BHS.ITT())
 	}
 	r := iser.R2T(p.BHS)
@@ -208,6 +228,7 @@ func (l *tcpLink) r2t(p iser.PDU) error {
 	if uint64(off)+uint64(n) > uint64(len(sl.buf)) {
 		return fmt.Errorf("R2T beyond the data (%d+%d > %d)", off, n, len(sl.buf))
 	}
+	sl.tx.Add(1)
 	l.enqueue(txItem{sl: sl, r2t: true, off: off, n: n, ttt: r.TTT()})
 	return nil
 }
@@ -229,14 +250,16 @@ func (l *tcpLink) sender() {
 		for i := range l.batch {
 			it := l.batch[i]
 			l.batch[i] = txItem{}
-			if err != nil {
-				continue
-			}
-			if it.r2t {
+			switch {
+			case err != nil:
+			case it.r2t:
 				err = l.writeData(it.sl, it.off, it.n, it.ttt)
-				continue
+			default:
+				err = l.writeSlot(it.sl)
 			}
-			err = l.writeSlot(it.sl)
+			// What was written is in the buffered writer or sent: the
+			// slot's data is no longer read.
+			l.release(it.sl)
 		}
 		if err == nil {
 			err = l.bw.Flush()
@@ -268,11 +291,6 @@ func (l *tcpLink) writeSlot(sl *slot) error {
 		}
 	}
 	stamp(sl.hdr[:], cmdSN, expStat)
-	if sl.kind == kindNOP && sl.itt == iser.ReservedTag {
-		err := l.w.WritePDU(sl.hdr[:], nil, sl.data)
-		s.put(sl) // a ping answer: no response comes
-		return err
-	}
 	if sl.kind != kindCmd {
 		return l.w.WritePDU(sl.hdr[:], nil, sl.data)
 	}
@@ -301,13 +319,15 @@ func (l *tcpLink) writeSlot(sl *slot) error {
 	return nil
 }
 
-// writeData writes Data-Out PDUs for n bytes at off.
+// writeData writes Data-Out PDUs for n bytes at off. It stops early once
+// the command's response is in: the target ended the command before it had
+// all the data (a CHECK CONDITION, say), and wants no more of it.
 func (l *tcpLink) writeData(sl *slot, off, n, ttt uint32) error {
 	s := l.s
 	maxSeg := s.params.MaxSendDataSegmentLength
 	_, expStat := s.currentSN()
 	var sn uint32
-	for end := off + n; off < end; {
+	for end := off + n; off < end && sl.tx.Load()&txResp == 0; {
 		seg := min(maxSeg, end-off)
 		iser.DataOut(l.out[:]).Encode(&iser.DataOutFields{Final: off+seg == end, LUN: encodeLUN(sl.lun), ITT: sl.itt, TTT: ttt,
 			ExpStatSN: expStat, DataSN: sn, BufferOffset: off})
