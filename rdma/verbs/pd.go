@@ -244,3 +244,21 @@ func (p *Provider) invalidated(key uint32) {
 		f.mu.Unlock()
 	}
 }
+
+// fastRegKey returns the emulated fast-registration MR whose current key
+// is key, or nil.
+func (p *Provider) fastRegKey(key uint32) *fastReg {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.frs[key]
+}
+
+// invalidateKey ends key in software, if it is still f's.
+func (f *fastReg) invalidateKey(key uint32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.rkey == key && f.h != nil {
+		f.valid = false
+		f.release()
+	}
+}

@@ -25,24 +25,30 @@ type sqSlot struct {
 	id       uint64
 	invKey   uint32
 	op       rdma.Opcode
-	internal bool // signaled only to free queue slots: a success is not reported
+	signaled bool // the device reports this WR (the caller's or internal)
+	report   bool // the caller asked for its success
+	done     bool // completed; wc holds the completion
+	wc       rdma.WC
 }
 
 type qp struct {
 	p    *Provider
 	pd   *protDomain
+	scq  *cq
 	qp   *C.struct_ibv_qp
 	num  uint32
 	ctxv any
 
 	maxSend, maxRecv, maxSendSGE, maxRecvSGE int
 
-	sqMu           sync.Mutex
-	sqHead, sqTail uint64
-	sqSlots        []sqSlot
-	unsignaled     int
-	swr            *C.struct_rd_swr
-	ssge           []C.struct_rd_sge // C memory
+	sqMu sync.Mutex
+	// Posted WRs are sqEmit..sqHead-1; completions are reported in posting
+	// order (siw completes a Send behind an outstanding Read first).
+	sqHead, sqEmit, sqMaxDone uint64
+	sqSlots                   []sqSlot
+	unsignaled                int
+	swr                       *C.struct_rd_swr
+	ssge                      []C.struct_rd_sge // C memory
 
 	rqMu           sync.Mutex
 	rqHead, rqTail uint64
@@ -71,7 +77,7 @@ func (pd *protDomain) CreateQP(cfg rdma.QPConfig) (rdma.QP, error) {
 		}
 		return v
 	}
-	q := &qp{p: pd.p, pd: pd, ctxv: cfg.Context, done: make(chan struct{}),
+	q := &qp{p: pd.p, pd: pd, scq: scq, ctxv: cfg.Context, done: make(chan struct{}),
 		maxSend: def(cfg.MaxSendWR, 128), maxRecv: def(cfg.MaxRecvWR, 128),
 		maxSendSGE: def(cfg.MaxSendSGE, 4), maxRecvSGE: def(cfg.MaxRecvSGE, 4)}
 	if q.maxSendSGE > pd.p.dev.maxSGE || q.maxRecvSGE > pd.p.dev.maxSGE {
@@ -447,12 +453,25 @@ func (q *qp) PostSend(wr *rdma.SendWR) error {
 	if int(wr.Op) >= len(ibvOp) {
 		return fmt.Errorf("verbs: opcode %s cannot be posted", wr.Op)
 	}
-	q.sqMu.Lock()
-	defer q.sqMu.Unlock()
 	if len(wr.SGL) > q.maxSendSGE {
 		return rdma.ErrTooManySGE
 	}
-	if q.sqHead-q.sqTail >= uint64(q.maxSend) {
+	if wr.Op == rdma.OpLocalInv {
+		if f := q.p.fastRegKey(wr.InvalidateKey); f != nil {
+			q.sqMu.Lock()
+			if q.sqHead-q.sqEmit >= uint64(q.maxSend) {
+				q.sqMu.Unlock()
+				return rdma.ErrQueueFull
+			}
+			q.localInvLocked(wr, f)
+			q.sqMu.Unlock()
+			q.scq.kick(q)
+			return nil
+		}
+	}
+	q.sqMu.Lock()
+	defer q.sqMu.Unlock()
+	if q.sqHead-q.sqEmit >= uint64(q.maxSend) {
 		return rdma.ErrQueueFull
 	}
 	n, err := fillSGL(q.ssge, wr.SGL)
@@ -466,10 +485,11 @@ func (q *qp) PostSend(wr *rdma.SendWR) error {
 	if wr.Flags&rdma.Signaled != 0 {
 		q.unsignaled = 0
 		flags |= C.IBV_SEND_SIGNALED
+		slot.signaled, slot.report = true, true
 	} else if q.unsignaled++; q.unsignaled >= q.maxSend/2 {
 		q.unsignaled = 0
 		flags |= C.IBV_SEND_SIGNALED
-		slot.internal = true
+		slot.signaled = true
 	}
 	if wr.Flags&rdma.Solicited != 0 {
 		flags |= C.IBV_SEND_SOLICITED
@@ -527,9 +547,53 @@ func (q *qp) PostRecv(wr *rdma.RecvWR) error {
 	return nil
 }
 
-// complete turns a completion of q into wc; false for an internal
-// completion that is not reported.
-func (q *qp) complete(w *C.struct_rd_wc, wc *rdma.WC) bool {
+// complete takes one device completion of q; what is to be reported goes
+// to c.soft, in posting order for the send queue. c.mu is held.
+func (q *qp) complete(c *cq, w *C.struct_rd_wc) {
+	var wcv rdma.WC
+	if q.completeOne(c, w, &wcv) {
+		c.soft = append(c.soft, wcv)
+	}
+}
+
+// emitLocked reports the send-queue completions that are next in posting
+// order. q.sqMu and c.mu are held.
+func (q *qp) emitLocked(c *cq) {
+	for q.sqEmit < q.sqHead {
+		s := &q.sqSlots[q.sqEmit%uint64(q.maxSend)]
+		if !s.done {
+			if s.signaled || q.sqMaxDone <= q.sqEmit {
+				return
+			}
+			// Unsignaled and a later WR completed: done.
+			q.sqEmit++
+			continue
+		}
+		if s.report || s.wc.Status != rdma.StatusSuccess {
+			c.soft = append(c.soft, s.wc)
+		}
+		s.done = false
+		q.sqEmit++
+	}
+}
+
+// localInvLocked invalidates a key of an emulated fast-registration MR in
+// software (libsiw has no IBV_WR_LOCAL_INV, rxe refuses it on user MRs)
+// and completes the WR in order with the others. q.sqMu is held; the
+// completion is handed to the CQ after it is released.
+func (q *qp) localInvLocked(wr *rdma.SendWR, f *fastReg) {
+	f.invalidateKey(wr.InvalidateKey)
+	seq := q.sqHead
+	q.sqSlots[seq%uint64(q.maxSend)] = sqSlot{id: wr.ID, op: rdma.OpLocalInv, invKey: wr.InvalidateKey,
+		report: wr.Flags&rdma.Signaled != 0, done: true,
+		wc: rdma.WC{ID: wr.ID, Op: rdma.OpLocalInv, QPNum: q.num, QP: q}}
+	q.sqHead++
+	q.sqMaxDone = q.sqHead
+}
+
+// completeOne converts one completion; false when it is not reported
+// directly.
+func (q *qp) completeOne(c *cq, w *C.struct_rd_wc, wc *rdma.WC) bool {
 	seq := uint64(w.wr_id)
 	*wc = rdma.WC{Status: wcStatus(w.status), ByteLen: int(w.byte_len), QPNum: q.num, QP: q}
 	if seq&recvBit != 0 {
@@ -547,29 +611,37 @@ func (q *qp) complete(w *C.struct_rd_wc, wc *rdma.WC) bool {
 			q.p.invalidated(wc.InvalidatedKey)
 		}
 	} else {
-		q.sqMu.Lock()
-		s := q.sqSlots[seq%uint64(q.maxSend)]
-		if seq+1 > q.sqTail {
-			q.sqTail = seq + 1
+		if wc.Status != rdma.StatusSuccess {
+			wc.ByteLen = 0
 		}
-		q.sqMu.Unlock()
-		wc.ID, wc.Op = s.id, s.op
-		if wc.Status == rdma.StatusSuccess {
-			if s.op == rdma.OpLocalInv {
-				q.p.invalidated(s.invKey)
-			}
-			if s.internal {
+		q.sqMu.Lock()
+		if seq < q.sqEmit || seq >= q.sqHead {
+			// An unsignaled WR passed over by a later completion
+			// failed late: report it as it comes.
+			q.sqMu.Unlock()
+			if wc.Status == rdma.StatusSuccess {
 				return false
 			}
+			c.soft = append(c.soft, *wc)
 		} else {
-			wc.ByteLen = 0
+			s := &q.sqSlots[seq%uint64(q.maxSend)]
+			wc.ID, wc.Op = s.id, s.op
+			if wc.Status == rdma.StatusSuccess && s.op == rdma.OpLocalInv {
+				q.p.invalidated(s.invKey)
+			}
+			s.done, s.wc = true, *wc
+			if seq+1 > q.sqMaxDone {
+				q.sqMaxDone = seq + 1
+			}
+			q.emitLocked(c)
+			q.sqMu.Unlock()
 		}
 	}
 	if wc.Status != rdma.StatusSuccess && wc.Status != rdma.StatusFlushed {
 		q.fail(fmt.Errorf("verbs: %s completed with %s (%s, vendor error %#x)", wc.Op, wc.Status,
 			C.GoString(C.ibv_wc_status_str(uint32(w.status))), uint32(w.vendor_err)))
 	}
-	return true
+	return uint64(w.wr_id)&recvBit != 0
 }
 
 func wcStatus(s C.uint32_t) rdma.Status {

@@ -34,6 +34,11 @@ int rd_post_send(struct ibv_qp *qp, struct rd_swr *w, int n, struct rd_sge *sges
 			s->wr.rdma.rkey = w[i].rkey;
 			break;
 		case IBV_WR_SEND_WITH_INV:
+			// libsiw (rdma-core 44) takes the key to invalidate
+			// from wr.rdma.rkey; the field is unused otherwise.
+			s->wr.rdma.rkey = w[i].inv_key;
+			s->invalidate_rkey = w[i].inv_key;
+			break;
 		case IBV_WR_LOCAL_INV:
 			s->invalidate_rkey = w[i].inv_key;
 			break;
