@@ -93,7 +93,11 @@ func (pd *protDomain) CreateQP(cfg rdma.QPConfig) (rdma.QP, error) {
 	a.qp_type = C.IBV_QPT_RC
 	h, err := C.ibv_create_qp(pd.pd, &a)
 	if h == nil {
-		return nil, fmt.Errorf("verbs: ibv_create_qp: %v", err)
+		if err == nil {
+			// libsiw returns NULL without setting errno.
+			err = errors.New("failed, the provider set no errno")
+		}
+		return nil, fmt.Errorf("verbs: ibv_create_qp (%d/%d WRs, %d/%d SGEs) on %s: %v", q.maxSend, q.maxRecv, q.maxSendSGE, q.maxRecvSGE, pd.p.dev.name, err)
 	}
 	iw := C.int(0)
 	if pd.p.dev.iwarp {
