@@ -692,27 +692,21 @@ func (r *Running) Status() *Status {
 		}
 	}
 	for _, s := range r.cfg.Subsystems {
-		var infos map[uint32]int
-		var live []nvmetNS
+		// The identities the subsystem reports (NGUID and UUID, derived
+		// when the configuration names none).
+		ids := map[uint32][2]string{}
 		if sub := r.subs[s.NQN]; sub != nil {
 			for _, n := range sub.Namespaces() {
-				live = append(live, nvmetNS{n.NSID, fmt.Sprintf("%x", n.NGUID), uuidString(n.UUID)})
+				ids[n.NSID] = [2]string{fmt.Sprintf("%x", n.NGUID), uuidString(n.UUID)}
 			}
-		}
-		infos = map[uint32]int{}
-		for i, n := range live {
-			infos[n.nsid] = i
 		}
 		for _, ns := range s.Namespaces {
 			k := nsKey{s.NQN, ns.NSID}
-			d := r.disks[k]
 			nst := NamespaceStatus{Subsystem: s.NQN, NSID: ns.NSID, Device: ns.Device.Path, Enabled: ns.Enable != 0, SCSI: scsiOf[k]}
-			if d != nil {
+			if d := r.disks[k]; d != nil {
 				nst.Size, nst.BlockSize, nst.ReadOnly = d.Size(), d.BlockSize(), d.ReadOnly()
 			}
-			if i, ok := infos[ns.NSID]; ok {
-				nst.NGUID, nst.UUID = live[i].nguid, live[i].uuid
-			}
+			nst.NGUID, nst.UUID = ids[ns.NSID][0], ids[ns.NSID][1]
 			st.Namespaces = append(st.Namespaces, nst)
 		}
 	}
@@ -762,11 +756,6 @@ func (r *Running) Status() *Status {
 		}
 	}
 	return st
-}
-
-type nvmetNS struct {
-	nsid        uint32
-	nguid, uuid string
 }
 
 func uuidString(u [16]byte) string {
