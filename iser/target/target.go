@@ -558,24 +558,11 @@ func (t *Target) ListenAndServe(ctx context.Context, addr string) error {
 // it returns; it returns nil after ctx ended, Drain or Close (and at once
 // when called after them).
 func (t *Target) Serve(ctx context.Context, ln net.Listener) error {
-	t.mu.Lock()
-	if t.closed || t.draining.Load() {
-		t.mu.Unlock()
-		ln.Close()
+	done, ok := t.listening(ctx, ln)
+	if !ok {
 		return nil
 	}
-	t.lns[ln] = true
-	t.wg.Add(1)
-	t.mu.Unlock()
-	defer t.wg.Done()
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	defer func() {
-		t.mu.Lock()
-		delete(t.lns, ln)
-		t.mu.Unlock()
-		ln.Close()
-	}()
+	defer done()
 	t.log.Info("iscsi: portal listening", "addr", ln.Addr())
 	for {
 		c, err := ln.Accept()
@@ -607,29 +594,41 @@ func (t *Target) Serve(ctx context.Context, ln net.Listener) error {
 	}
 }
 
+// listening registers a portal listener (Drain and Close close it, and so
+// does ctx's end) and returns what unregisters and closes it when its
+// serve loop returns; ok is false, with ln closed, once the Target is
+// closed or draining.
+func (t *Target) listening(ctx context.Context, ln io.Closer) (done func(), ok bool) {
+	t.mu.Lock()
+	if t.closed || t.draining.Load() {
+		t.mu.Unlock()
+		ln.Close()
+		return nil, false
+	}
+	t.lns[ln] = true
+	t.wg.Add(1)
+	t.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	return func() {
+		stop()
+		t.mu.Lock()
+		delete(t.lns, ln)
+		t.mu.Unlock()
+		ln.Close()
+		t.wg.Done()
+	}, true
+}
+
 // ServeRDMA serves iSER connection requests from ln, an RDMA/CM listener
 // of p, a provider whose connections are not TCP streams (rdma-core verbs),
 // beside Serve's iSCSI/TCP listener of the same port number: a device's
 // RDMA/CM port space is its own. It returns as Serve does.
 func (t *Target) ServeRDMA(ctx context.Context, p rdma.Provider, ln rdma.Listener) error {
-	t.mu.Lock()
-	if t.closed || t.draining.Load() {
-		t.mu.Unlock()
-		ln.Close()
+	done, ok := t.listening(ctx, ln)
+	if !ok {
 		return nil
 	}
-	t.lns[ln] = true
-	t.wg.Add(1)
-	t.mu.Unlock()
-	defer t.wg.Done()
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	defer func() {
-		t.mu.Lock()
-		delete(t.lns, ln)
-		t.mu.Unlock()
-		ln.Close()
-	}()
+	defer done()
 	t.log.Info("iscsi: iSER portal listening", "addr", ln.Addr())
 	for {
 		req, err := ln.Accept(ctx)
