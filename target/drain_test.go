@@ -2,6 +2,8 @@ package target
 
 import (
 	"context"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -131,12 +133,13 @@ func TestDrainClean(t *testing.T) {
 	}
 }
 
+// portOf is the port number of a host:port address.
 func portOf(t *testing.T, addr string) int {
 	t.Helper()
-	i := strings.LastIndexByte(addr, ':')
-	n := 0
-	for _, c := range addr[i+1:] {
-		n = n*10 + int(c-'0')
+	_, port, err := net.SplitHostPort(addr)
+	n, err2 := strconv.Atoi(port)
+	if err != nil || err2 != nil {
+		t.Fatalf("address %q: no port", addr)
 	}
 	return n
 }
