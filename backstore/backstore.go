@@ -108,6 +108,16 @@ type Resizer interface {
 // devices, files grown by someone else): Rescan re-reads it.
 type Rescanner interface{ Rescan() error }
 
+// SizeWatcher is implemented by disks that notice by themselves when their
+// size changes outside rdisk (an RBD image resized with `rbd resize`: a
+// watch on its header). The target announces the new size to the hosts.
+type SizeWatcher interface {
+	// WatchSize sets the function called, on a goroutine of the disk,
+	// after Size changed, with the new size; nil stops the calls. Calls
+	// are not concurrent with each other.
+	WatchSize(changed func(size int64))
+}
+
 // HealthReporter is implemented by disks that report health (SMART or
 // synthetic); see Health.
 type HealthReporter interface {

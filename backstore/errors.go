@@ -27,6 +27,19 @@ const (
 	// (O_DIRECT) is given a buffer whose address is not aligned to the
 	// disk's DirectAlignment; AlignedBuffer makes suitable buffers.
 	ErrBufferAlignment errorString = "backstore: buffer not aligned for direct I/O"
+	// ErrNoSpace is returned by a write that the store has no space for
+	// (a full Ceph pool, ENOSPC from a thin file). NVMe maps it to
+	// Capacity Exceeded (generic 81h), SCSI to DATA PROTECT / SPACE
+	// ALLOCATION FAILED WRITE PROTECT (27h/07h).
+	ErrNoSpace errorString = "backstore: no space left in the store"
+	// ErrTimeout is returned when the store did not answer in time (a
+	// network store's operation timeout). The command may be retried.
+	ErrTimeout errorString = "backstore: the store did not answer in time"
+	// ErrFenced is returned once this process was fenced off the store
+	// (a Ceph client blocklisted by another gateway taking over): no I/O
+	// will succeed through it again. The protocols report it as a path
+	// that is lost, so a multipath host goes on through another gateway.
+	ErrFenced errorString = "backstore: this gateway was fenced off the store"
 )
 
 // Op names a backstore operation in errors and statistics.
