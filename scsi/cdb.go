@@ -44,6 +44,7 @@ const (
 	OpServiceActionIn16     = 0x9e
 	OpReportLUNs            = 0xa0
 	OpMaintenanceIn         = 0xa3
+	OpMaintenanceOut        = 0xa4
 	OpRead12                = 0xa8
 	OpWrite12               = 0xaa
 	OpWriteVerify12         = 0xae

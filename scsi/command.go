@@ -240,6 +240,13 @@ func (c *Command) fail(s senseInfo) {
 }
 
 func (c *Command) failFormat(s senseInfo, desc bool) {
+	if s.busy {
+		c.Status = StatusBusy
+		c.SenseLen = 0
+		c.DataInLen = 0
+		c.xfer = 0
+		return
+	}
 	c.Status = StatusCheckCondition
 	c.senseKey = s.key
 	c.SenseLen = encodeSense(c.Sense, s, desc)

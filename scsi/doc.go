@@ -63,7 +63,8 @@
 // exceptions; current, changeable and default values), LOG SENSE (supported
 // pages, temperature, informational exceptions), REPORT SUPPORTED
 // OPERATION CODES (all, one command, with timeout descriptors), REPORT
-// SUPPORTED TASK MANAGEMENT FUNCTIONS, REPORT TARGET PORT GROUPS, PERSISTENT
+// SUPPORTED TASK MANAGEMENT FUNCTIONS, REPORT TARGET PORT GROUPS (both
+// parameter data formats), PERSISTENT
 // RESERVE IN (READ KEYS, READ RESERVATION, REPORT CAPABILITIES, READ FULL
 // STATUS) and OUT (REGISTER, REGISTER AND IGNORE EXISTING KEY, RESERVE,
 // RELEASE, CLEAR, PREEMPT, PREEMPT AND ABORT; all six reservation types),
@@ -84,6 +85,24 @@
 // are refused), ACA (NACA 1 and ACA tasks are refused), REGISTER AND MOVE,
 // SPEC_I_PT and APTPL.
 //
+// # Asymmetric logical unit access
+//
+// A target's ports form target port groups (TargetConfig.PortGroups:
+// ID, ALUAState, relative target ports; without any, one active/optimized
+// group TargetConfig.PortGroup), so that several gateways exporting one LU
+// (same NAA and serial, distinct relative target ports and groups) let
+// hosts multipath by access state, as ceph-iscsi's LIO gateways do. The
+// standard INQUIRY data reports TPGS 01b (implicit ALUA only: SET TARGET
+// PORT GROUPS is not supported), VPD page 83h the relative target port and
+// target port group of the session's port, and REPORT TARGET PORT GROUPS
+// every group (both header formats). Commands through a port whose group
+// is standby, unavailable, transitioning or offline pass LIO's per-state
+// filters or fail with NOT READY and 04h/0Bh, 04h/0Ch, 04h/0Ah or 04h/12h.
+// Target.SetPortGroupState changes a group's state live and establishes
+// ASYMMETRIC ACCESS STATE CHANGED (2Ah/06h) on every nexus of the target.
+// LUConfig.NoReservations turns reservations off (LIO's emulate_pr=0), for
+// LUs whose gateways would not share them.
+//
 // # Sense data
 //
 // Sense data is fixed format (70h) unless D_SENSE is set in the control
@@ -91,7 +110,10 @@
 // sense-key-specific descriptors. Backstore errors map to sense data: a
 // *backstore.RangeError out of range to LOGICAL BLOCK ADDRESS OUT OF RANGE,
 // ErrReadOnly to DATA PROTECT/WRITE PROTECTED, ErrUnsupported to INVALID
-// COMMAND OPERATION CODE, ErrClosed to NOT READY, other errors to MEDIUM
+// COMMAND OPERATION CODE, ErrClosed to NOT READY, ErrNoSpace to DATA
+// PROTECT/SPACE ALLOCATION FAILED WRITE PROTECT, ErrTimeout to BUSY status
+// (tcmu-runner's answer to a timed-out backend command), ErrFenced to NOT
+// READY/TARGET PORT IN UNAVAILABLE STATE (hosts fail over), other errors to MEDIUM
 // ERROR (UNRECOVERED READ ERROR or WRITE ERROR) with the LBA in INFORMATION.
 //
 // # Error counters

@@ -34,6 +34,15 @@ const (
 	// with the same I_T nexus identity is open.
 	ErrDuplicateSession = errorString("scsi: I_T nexus already has a session")
 
+	// ErrALUAState is returned for an asymmetric access state this
+	// package does not support (LBA dependent, reserved values) or a word
+	// ParseALUAState does not know.
+	ErrALUAState = errorString("scsi: unsupported asymmetric access state")
+	// ErrPortGroup is returned for a target port group configuration
+	// that cannot be (ID or port 0, a duplicate ID, a port in two
+	// groups) and for a group that does not exist.
+	ErrPortGroup = errorString("scsi: invalid target port group")
+
 	errShortSense  = errorString("scsi: sense data too short")
 	errSenseFormat = errorString("scsi: unknown sense data response code")
 	errLUNFormat   = errorString("scsi: unsupported LUN addressing method")

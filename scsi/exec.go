@@ -7,7 +7,8 @@ import (
 )
 
 // execute runs c on lu for session s, in SAM-5 order: unit attention,
-// CDB decoding, reservation conflicts, the task set (task attributes and
+// the asymmetric access state of the session's port, CDB decoding,
+// reservation conflicts, the task set (task attributes and
 // aborts), then the command.
 func (lu *LU) execute(s *Session, c *Command) {
 	c.lu = lu
@@ -21,6 +22,10 @@ func (lu *LU) execute(s *Session, c *Command) {
 			c.fail(senseInfo{key: KeyUnitAttention, asc: asc})
 			return
 		}
+	}
+	if si, ok := s.aluaCheck(c.CDB); !ok {
+		c.fail(si)
+		return
 	}
 	d, serr := lu.cmds.lookup(c.CDB)
 	if d == nil {
@@ -75,6 +80,19 @@ func (lu *LU) ioSense(err error, write bool, lba uint64) senseInfo {
 		return senseLBAOutOfRange
 	case errors.As(err, &re):
 		return invalidCDB(0, -1)
+	case errors.Is(err, backstore.ErrFenced):
+		// This gateway lost the store: TARGET PORT IN UNAVAILABLE STATE,
+		// the LIO/tcmu-runner way of telling a multipath host to go on
+		// through another gateway (tcmu-runner's TCMU_STS_FENCED answers
+		// NOT READY too, with 04h/0Bh; 04h/0Ch says the port will not
+		// serve the LU at all, which is what a fenced gateway is).
+		return senseInfo{key: KeyNotReady, asc: ASCALUAUnavailable}
+	case errors.Is(err, backstore.ErrTimeout):
+		// tcmu-runner's tcmu_sts_to_scsi answers TCMU_STS_TIMEOUT (the rbd
+		// handler's -ETIMEDOUT) with BUSY status so the host retries.
+		return senseInfo{busy: true}
+	case errors.Is(err, backstore.ErrNoSpace):
+		return senseInfo{key: KeyDataProtect, asc: ASCSpaceAllocationFailedWP}
 	case errors.Is(err, backstore.ErrReadOnly):
 		return senseInfo{key: KeyDataProtect, asc: ASCWriteProtected}
 	case errors.Is(err, backstore.ErrUnsupported):

@@ -18,6 +18,7 @@ func FuzzExecute(f *testing.F) {
 		prOutCDB(prRegisterIgnore, 0), prIn(prInReadFullStatus, 200), rsoc(true, 0, 0, 0, 4096),
 		rw16(OpOrWrite16, 5, 2, 0), rw10(OpVerify10, 0, 3, 0x06), getLBAStatus(0, 24), rc16(32),
 		[]byte{OpLogSense, 0, 0x40, 0, 0, 0, 0, 1, 0, 0}, reportLUNs(100), []byte{OpReserve6, 0, 0, 0, 0, 0},
+		rtpg(true, 64), rtpg(false, 3), {OpMaintenanceOut, saSetTargetPorts, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0},
 	} {
 		f.Add(seed, uint16(512), uint8(DirIn), uint8(0), uint8(0), bytes.Repeat([]byte{1}, 64))
 		f.Add(seed, uint16(1024), uint8(DirOut), uint8(1), uint8(0), bytes.Repeat([]byte{0}, 1024))

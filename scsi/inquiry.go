@@ -161,7 +161,7 @@ func (lu *LU) deviceID(buf []byte, s *Session) []byte {
 	// session reached the LU through.
 	if t := s.t; t != nil {
 		var tpg [4]byte
-		binary.BigEndian.PutUint16(tpg[2:], t.cfg.PortGroup)
+		binary.BigEndian.PutUint16(tpg[2:], s.aluaGroup().id)
 		put(proto, codeBinary, assocPort, desigTPG, tpg[:], 0)
 		if s.cfg.TargetPort != "" {
 			put(proto, codeUTF8, assocPort, desigSCSIName, []byte(s.cfg.TargetPort), 4)

@@ -288,7 +288,9 @@ func TestReportTPGAndTMFs(t *testing.T) {
 	f.session("iqn.2026-11.io.rdisk:init3,i,0x3", 2)
 	c := in(f.s1, []byte{OpMaintenanceIn, SAReportTargetPortGroup, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}, 256)
 	good(t, c)
-	want := []byte{0, 0, 0, 16, 0x80, 0x01, 0, 1, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 2}
+	// One group (1), active/optimized, PREF clear, LIO's supported
+	// states (T_SUP O_SUP U_SUP S_SUP AN_SUP AO_SUP), ports 1 and 2.
+	want := []byte{0, 0, 0, 16, 0x00, 0xcf, 0, 1, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 2}
 	if diff := cmp.Diff(want, data(c)); diff != "" {
 		t.Errorf("REPORT TARGET PORT GROUPS (-want +got):\n%s", diff)
 	}

@@ -61,6 +61,13 @@ type LUConfig struct {
 	// MaxCompareAndWriteBlocks is the MAXIMUM COMPARE AND WRITE LENGTH,
 	// 1-255; 0 means 255.
 	MaxCompareAndWriteBlocks uint8
+	// NoReservations turns reservations off, as LIO's emulate_pr=0:
+	// PERSISTENT RESERVE IN/OUT and RESERVE/RELEASE(6/10) fail with
+	// INVALID COMMAND OPERATION CODE (LIO's spc_parse_cdb returns
+	// TCM_UNSUPPORTED_SCSI_OPCODE) and REPORT SUPPORTED OPERATION CODES
+	// does not list them. Set it when several gateways export the disk:
+	// their reservations would not be shared.
+	NoReservations bool
 }
 
 // LU is a logical unit: SBC-3 semantics over a backstore.Disk. Create it

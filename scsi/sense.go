@@ -100,6 +100,10 @@ const (
 	ASCNoAdditionalSense            ASC = 0x0000
 	ASCLUNotReady                   ASC = 0x0400
 	ASCLUNotReadyManualIntervention ASC = 0x0403
+	ASCALUATransition               ASC = 0x040a // ASYMMETRIC ACCESS STATE TRANSITION
+	ASCALUAStandby                  ASC = 0x040b // TARGET PORT IN STANDBY STATE
+	ASCALUAUnavailable              ASC = 0x040c // TARGET PORT IN UNAVAILABLE STATE
+	ASCALUAOffline                  ASC = 0x0412 // LOGICAL UNIT NOT READY, OFFLINE (LIO's ASCQ_04H_ALUA_OFFLINE)
 	ASCWriteError                   ASC = 0x0c00
 	ASCInvalidFieldInCommandIU      ASC = 0x0e03
 	ASCUnrecoveredReadError         ASC = 0x1100
@@ -113,6 +117,7 @@ const (
 	ASCInvalidReleaseOfPR           ASC = 0x2604
 	ASCWriteProtected               ASC = 0x2700
 	ASCSoftwareWriteProtected       ASC = 0x2702
+	ASCSpaceAllocationFailedWP      ASC = 0x2707 // SPACE ALLOCATION FAILED WRITE PROTECT
 	ASCPowerOnReset                 ASC = 0x2900
 	ASCBusDeviceResetOccurred       ASC = 0x2903
 	ASCITNexusLossOccurred          ASC = 0x2907
@@ -120,6 +125,8 @@ const (
 	ASCReservationsPreempted        ASC = 0x2a03
 	ASCReservationsReleased         ASC = 0x2a04
 	ASCRegistrationsPreempted       ASC = 0x2a05
+	ASCAsymmetricAccessChanged      ASC = 0x2a06 // ASYMMETRIC ACCESS STATE CHANGED
+	ASCImplicitTransitionFailed     ASC = 0x2a07 // IMPLICIT ASYMMETRIC ACCESS STATE TRANSITION FAILED
 	ASCCapacityDataChanged          ASC = 0x2a09
 	ASCSavingParamsNotSupported     ASC = 0x3900
 	ASCMediumNotPresent             ASC = 0x3a00
@@ -172,6 +179,9 @@ type senseInfo struct {
 	// sksValid is set.
 	sks      [3]byte
 	sksValid bool
+	// busy completes the command with BUSY status and no sense data
+	// instead (a backstore that did not answer in time).
+	busy bool
 }
 
 // fieldPointer sets a sense-key-specific field pointer (SPC-4 4.5.2.4.2):

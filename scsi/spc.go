@@ -50,44 +50,6 @@ func execPreventAllow(lu *LU, c *Command, b cdb, it *itl) {
 	it.prevent.Store(b[4]&0x01 != 0)
 }
 
-// execReportTPG: REPORT TARGET PORT GROUPS (SPC-4 6.36). All target ports
-// form one group, active/optimized, with implicit ALUA (TPGS 01b in the
-// standard INQUIRY data).
-func execReportTPG(lu *LU, c *Command, b cdb, it *itl) {
-	t := it.sess.t
-	if t == nil {
-		c.fail(senseInfo{key: KeyIllegalRequest, asc: ASCLUNotSupported})
-		return
-	}
-	ports := t.targetPorts()
-	ext := b[1]>>5 == 1
-	hdr := 4
-	if ext {
-		hdr = 8
-	}
-	total := hdr + 8 + 4*len(ports)
-	var buf [512]byte
-	d := buf[:]
-	if total > len(d) {
-		d = make([]byte, total)
-	}
-	d = d[:total]
-	clear(d)
-	binary.BigEndian.PutUint32(d[0:4], uint32(total-4))
-	if ext {
-		d[4] = 0x10 // format type 001b
-	}
-	g := d[hdr:]
-	g[0] = 0x80 // PREF, active/optimized
-	g[1] = 0x01 // AO_SUP
-	binary.BigEndian.PutUint16(g[2:4], t.cfg.PortGroup)
-	g[7] = uint8(min(len(ports), 255))
-	for i, p := range ports {
-		binary.BigEndian.PutUint16(g[8+4*i+2:], p)
-	}
-	c.respond(d, int(b.u32(6)))
-}
-
 // execReportTMFs: REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS (SPC-4 6.40).
 func execReportTMFs(lu *LU, c *Command, b cdb, it *itl) {
 	var d [16]byte

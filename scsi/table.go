@@ -111,6 +111,12 @@ const (
 func newCommandTable(lu *LU) *commandTable {
 	t := &commandTable{}
 	add := func(d *cmdDesc) {
+		if lu.cfg.NoReservations {
+			switch d.op {
+			case OpReserve6, OpRelease6, OpReserve10, OpRelease10, OpPersistentReserveIn, OpPersistentReserveOut:
+				return
+			}
+		}
 		d.cdbLen = cdbLength(d.op)
 		if len(d.usage) != d.cdbLen {
 			panic("scsi: usage data of " + d.name + " does not match its CDB length")

@@ -3,6 +3,7 @@ package scsi
 import (
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"strconv"
@@ -25,9 +26,18 @@ type TargetConfig struct {
 	// target port identifier in hex). VPD page 83h reports it as a SCSI
 	// name string with association "target device".
 	Name string
-	// PortGroup is the target port group of all ports (REPORT TARGET PORT
-	// GROUPS, VPD page 83h); 0 means 1.
+	// PortGroup is the target port group of the ports that no group of
+	// PortGroups lists (REPORT TARGET PORT GROUPS, VPD page 83h); 0 means
+	// 1. Without PortGroups every port is in it, active/optimized.
 	PortGroup uint16
+	// PortGroups are the target port groups (ALUA, SPC-5 5.16): each with
+	// its ID, asymmetric access state and relative target ports. Empty:
+	// one group, PortGroup, active/optimized. Groups that
+	// ValidatePortGroups refuses are left out (and logged): check the
+	// configuration first.
+	PortGroups []PortGroupConfig
+	// Logger receives configuration warnings; nil discards them.
+	Logger *slog.Logger
 }
 
 // Target is a SCSI target device: a LUN map of logical units and the
@@ -37,6 +47,7 @@ type TargetConfig struct {
 type Target struct {
 	cfg  TargetConfig
 	luns atomic.Pointer[[]lunEntry] // sorted by LUN; replaced, never modified
+	alua atomic.Pointer[aluaTable]  // replaced under mu; group states are atomics
 
 	mu       sync.Mutex
 	sessions map[nexusID]*Session
@@ -59,6 +70,19 @@ func NewTarget(cfg TargetConfig) *Target {
 	t := &Target{cfg: cfg, sessions: make(map[nexusID]*Session), ports: make(map[uint16]string)}
 	empty := []lunEntry{}
 	t.luns.Store(&empty)
+	var gs []*portGroup
+	for _, g := range cfg.PortGroups {
+		if err := checkPortGroup(gs, g); err != nil {
+			if cfg.Logger != nil {
+				cfg.Logger.Warn("scsi: port group left out", "target", cfg.Name, "group", g.ID, "err", err)
+			}
+			continue
+		}
+		gs = append(gs, newPortGroup(g))
+	}
+	slices.SortFunc(gs, func(a, b *portGroup) int { return int(a.id) - int(b.id) })
+	t.alua.Store(buildALUA(gs, cfg.PortGroup))
+	t.cfg.PortGroups = nil
 	return t
 }
 

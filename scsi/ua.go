@@ -28,6 +28,7 @@ const (
 	uaRegistrationsPreempt             // 2Ah/05h
 	uaModeParamsChanged                // 2Ah/01h
 	uaCapacityChanged                  // 2Ah/09h
+	uaALUAChanged                      // 2Ah/06h: ASYMMETRIC ACCESS STATE CHANGED
 )
 
 var uaASC = [...]ASC{
@@ -39,6 +40,7 @@ var uaASC = [...]ASC{
 	ASCRegistrationsPreempted,
 	ASCModeParametersChanged,
 	ASCCapacityDataChanged,
+	ASCAsymmetricAccessChanged,
 }
 
 // takeUA removes and returns the highest-priority pending unit attention
