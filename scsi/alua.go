@@ -201,6 +201,24 @@ func buildALUA(gs []*portGroup, def uint16) *aluaTable {
 	return tab
 }
 
+// showDefault reports whether the implicit default group is reported:
+// always without configured groups, otherwise when a port in use (seen)
+// is in no configured group.
+func (tab *aluaTable) showDefault(seen []uint16) bool {
+	if !tab.implicit {
+		return false
+	}
+	if len(tab.groups) == 0 {
+		return true
+	}
+	for _, p := range seen {
+		if tab.byPort[p] == nil {
+			return true
+		}
+	}
+	return false
+}
+
 // group returns the port group of relative target port p.
 func (tab *aluaTable) group(p uint16) *portGroup {
 	if g := tab.byPort[p]; g != nil {
@@ -212,7 +230,9 @@ func (tab *aluaTable) group(p uint16) *portGroup {
 // PortGroups returns the target's port groups with their current states,
 // in ID order. Without configured groups it is the one implicit group of
 // TargetConfig.PortGroup (active/optimized) with the ports sessions came
-// in through.
+// in through; beside configured groups, that implicit group is reported
+// (here and by REPORT TARGET PORT GROUPS) only while a port in use is in
+// no configured group.
 func (t *Target) PortGroups() []PortGroupConfig {
 	tab := t.alua.Load()
 	ports := t.targetPorts()
@@ -220,7 +240,7 @@ func (t *Target) PortGroups() []PortGroupConfig {
 	add := func(g *portGroup) {
 		out = append(out, PortGroupConfig{ID: g.id, State: ALUAState(g.state.Load()), Ports: t.groupPorts(tab, g, ports), ImplicitTransitionSecs: g.transSecs})
 	}
-	if tab.implicit {
+	if tab.showDefault(ports) {
 		add(tab.def)
 	}
 	for _, g := range tab.groups {
@@ -501,7 +521,7 @@ func execReportTPG(lu *LU, c *Command, b cdb, it *itl) {
 		}
 		d[start+7] = uint8(n)
 	}
-	placed := !tab.implicit
+	placed := !tab.showDefault(seen)
 	for _, g := range tab.groups {
 		if !placed && tab.def.id < g.id {
 			put(tab.def)

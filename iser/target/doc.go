@@ -99,6 +99,18 @@
 // of new logins and the LUN maps of running sessions (their views swap,
 // with a REPORTED LUNS DATA HAS CHANGED unit attention).
 //
+// # ALUA
+//
+// The portal group's target port has relative target port identifier
+// Config.RelativeTargetPort (default the TPGT, as LIO's lun_rtpi follows
+// the TPG); every session of the portal comes in through it. A target's
+// TargetConfig.PortGroups are its ALUA target port groups
+// (scsi.PortGroupConfig): several rdisk gateways exporting one disk list
+// all the gateways' ports, each with its state, and SetPortGroupState
+// changes a group's state live (sessions get ASYMMETRIC ACCESS STATE
+// CHANGED with their next command; iSCSI has no asynchronous event Linux
+// acts on for it). PortGroups reports the groups.
+//
 // # Metrics, logs and drain
 //
 // Stats returns counters for a metrics collector (connections by

@@ -387,3 +387,29 @@ func (t *Target) setAccess(iqn string, edit func(*access) (*access, error)) erro
 	n.access.Store(a)
 	return nil
 }
+
+// SetPortGroupState changes the ALUA state of target port group id of the
+// target named iqn (scsi.Target.SetPortGroupState): its sessions get an
+// ASYMMETRIC ACCESS STATE CHANGED unit attention on their next command,
+// and commands through the group's ports follow the new state.
+func (t *Target) SetPortGroupState(iqn string, id uint16, st scsi.ALUAState) error {
+	n := t.node(iqn)
+	if n == nil {
+		return fmt.Errorf("iscsi target: no target %s", iqn)
+	}
+	if err := n.scsi.SetPortGroupState(id, st); err != nil {
+		return fmt.Errorf("iscsi target %s: %w", iqn, err)
+	}
+	t.log.Info("iscsi: ALUA state changed", "target", iqn, "group", id, "state", st.String())
+	return nil
+}
+
+// PortGroups returns the ALUA target port groups of the target named iqn
+// with their current states (scsi.Target.PortGroups).
+func (t *Target) PortGroups(iqn string) ([]scsi.PortGroupConfig, error) {
+	n := t.node(iqn)
+	if n == nil {
+		return nil, fmt.Errorf("iscsi target: no target %s", iqn)
+	}
+	return n.scsi.PortGroups(), nil
+}

@@ -79,6 +79,8 @@ func (t *Target) openSession(ls iser.Session, id iser.LoginIdentity, c *conn) (*
 		InitiatorPort: port,
 		ProtocolID:    scsi.ProtocolISCSI,
 		TargetPort:    fmt.Sprintf("%s,t,0x%x", ls.Params.TargetName, t.cfg.PortalGroupTag),
+		// LIO's lun_rtpi: one relative target port per portal group.
+		RelativeTargetPort: t.cfg.RelativeTargetPort,
 	}
 	for {
 		// Session reinstatement (RFC 7143 section 6.3.5): a login with

@@ -60,6 +60,12 @@ type Config struct {
 	// PortalGroupTag is the TPGT reported in logins and SendTargets;
 	// default 1.
 	PortalGroupTag uint16
+	// RelativeTargetPort is the relative target port identifier of the
+	// portal group's target port (VPD page 83h, REPORT TARGET PORT
+	// GROUPS, the I_T nexus of reservations); default PortalGroupTag, as
+	// LIO numbers a TPG's port (lun_rtpi) after the TPG. Gateways that
+	// export one disk give their portals distinct identifiers.
+	RelativeTargetPort uint16
 	// DiscoveryCHAP, if set, is the CHAP identity discovery sessions must
 	// authenticate with; DiscoveryMutualCHAP the one the target answers a
 	// mutual challenge with.
@@ -105,6 +111,15 @@ type TargetConfig struct {
 	// mutual challenge with.
 	CHAP       *iser.CHAPSecret
 	MutualCHAP *iser.CHAPSecret
+	// PortGroups are the target's ALUA target port groups
+	// (scsi.TargetConfig.PortGroups): this portal's port
+	// (Config.RelativeTargetPort) and those of the other gateways that
+	// export the same LUs. Empty: one active/optimized group, PortGroup.
+	// SetPortGroupState changes a group's state while the target serves.
+	PortGroups []scsi.PortGroupConfig
+	// PortGroup is the group of the ports PortGroups does not list
+	// (scsi.TargetConfig.PortGroup); 0 means 1.
+	PortGroup uint16
 }
 
 // ACL is the access control entry of one initiator of a target.
@@ -268,6 +283,9 @@ func New(cfg Config) (*Target, error) {
 	if cfg.PortalGroupTag == 0 {
 		cfg.PortalGroupTag = DefaultPortalGroupTag
 	}
+	if cfg.RelativeTargetPort == 0 {
+		cfg.RelativeTargetPort = cfg.PortalGroupTag
+	}
 	if cfg.LoginTimeout == 0 {
 		cfg.LoginTimeout = DefaultLoginTimeout
 	}
@@ -323,7 +341,10 @@ func (t *Target) newNode(tc TargetConfig) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &node{name: tc.Name, alias: tc.Alias, scsi: scsi.NewTarget(scsi.TargetConfig{Name: tc.Name})}
+	if err := scsi.ValidatePortGroups(tc.PortGroups); err != nil {
+		return nil, fmt.Errorf("iscsi target %s: %w", tc.Name, err)
+	}
+	n := &node{name: tc.Name, alias: tc.Alias, scsi: scsi.NewTarget(scsi.TargetConfig{Name: tc.Name, PortGroups: tc.PortGroups, PortGroup: tc.PortGroup, Logger: t.log})}
 	inline := map[uint64]bool{}
 	for _, l := range tc.LUNs {
 		if l.Unit != nil {

@@ -26,7 +26,9 @@
 // next response or, when none is coming or the initiator runs low, with
 // SRP_CRED_REQ; the target keeps at most one request (CRED_REQ, AER_REQ)
 // outstanding. Port.Map, Unmap and CapacityChanged send SRP_AER_REQ with
-// REPORTED LUNS DATA HAS CHANGED or CAPACITY DATA HAS CHANGED.
+// REPORTED LUNS DATA HAS CHANGED or CAPACITY DATA HAS CHANGED, and
+// Port.SetPortGroupState (ALUA: PortConfig.PortGroups, the port's
+// RelativeTargetPort) one with ASYMMETRIC ACCESS STATE CHANGED per LUN.
 //
 // Data-out is pulled with RDMA Read (one per descriptor, as many in flight
 // as the initiator's IRD allows; an indirect table not wholly in the IU is

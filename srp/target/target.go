@@ -271,8 +271,15 @@ type PortConfig struct {
 	// own RelativeTargetPort then.
 	SCSI *scsi.Target
 	// RelativeTargetPort identifies the port to the SCSI core (VPD page
-	// 83h, reservations); 0 means 1.
+	// 83h, REPORT TARGET PORT GROUPS, reservations); 0 means 1.
 	RelativeTargetPort uint16
+	// PortGroups and PortGroup are the ALUA target port groups of the
+	// SCSI target made when SCSI is nil (scsi.TargetConfig.PortGroups,
+	// PortGroup): this port's RelativeTargetPort and those of the other
+	// gateways exporting the same LUs. Empty: one active/optimized group.
+	// Port.SetPortGroupState changes a group's state live.
+	PortGroups []scsi.PortGroupConfig
+	PortGroup  uint16
 	// AllowedInitiators is the ACL. Each entry is an initiator port
 	// identifier ("0x" and 32 hex digits), a port GUID (16 hex digits or
 	// "xxxx:xxxx:xxxx:xxxx", matching the second half of the identifier),
@@ -359,7 +366,10 @@ func (t *Target) AddPort(pc PortConfig) (*Port, error) {
 	}
 	st := pc.SCSI
 	if st == nil {
-		st = scsi.NewTarget(scsi.TargetConfig{Name: id.String()})
+		if err := scsi.ValidatePortGroups(pc.PortGroups); err != nil {
+			return nil, fmt.Errorf("srp: target port %s: %w", id, err)
+		}
+		st = scsi.NewTarget(scsi.TargetConfig{Name: id.String(), PortGroups: pc.PortGroups, PortGroup: pc.PortGroup, Logger: t.log})
 	}
 	p := &Port{t: t, cfg: pc, id: id, st: st, nexuses: map[srp.PortID]*nexus{}}
 	p.acl.Store(&portACL{any: pc.AllowAnyInitiator, entries: acl})
@@ -565,6 +575,26 @@ func (p *Port) CapacityChanged(lun uint64) error {
 	p.notify(lun, scsi.ASCCapacityDataChanged)
 	return nil
 }
+
+// SetPortGroupState changes the ALUA state of target port group id of the
+// port's SCSI target (scsi.Target.SetPortGroupState) and sends every nexus
+// of the port an SRP_AER_REQ with ASYMMETRIC ACCESS STATE CHANGED for each
+// LUN, as CapacityChanged does (the nexuses of other ports sharing the
+// SCSI target get the unit attention with their next command).
+func (p *Port) SetPortGroupState(id uint16, st scsi.ALUAState) error {
+	if err := p.st.SetPortGroupState(id, st); err != nil {
+		return fmt.Errorf("srp: target port %s: %w", p.id, err)
+	}
+	p.t.log.Info("srp: ALUA state changed", "port", p.id.String(), "group", id, "state", st.String())
+	for _, lun := range p.st.LUNs() {
+		p.notify(lun, scsi.ASCAsymmetricAccessChanged)
+	}
+	return nil
+}
+
+// PortGroups returns the ALUA target port groups of the port's SCSI
+// target with their current states.
+func (p *Port) PortGroups() []scsi.PortGroupConfig { return p.st.PortGroups() }
 
 // notify sends an AER to one live channel of every nexus.
 func (p *Port) notify(lun uint64, asc scsi.ASC) {
