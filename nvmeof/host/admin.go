@@ -132,6 +132,11 @@ func (c *Controller) KeepAlive(ctx context.Context) error {
 // in pieces of at most the transfer limit. rae keeps an asynchronous event
 // outstanding (Retain Asynchronous Event).
 func (c *Controller) GetLogPage(ctx context.Context, lid uint8, nsid uint32, lpo uint64, b []byte, rae bool) error {
+	return c.getLogPage(ctx, lid, 0, nsid, lpo, b, rae)
+}
+
+// getLogPage is GetLogPage with a log specific field (LSP).
+func (c *Controller) getLogPage(ctx context.Context, lid, lsp uint8, nsid uint32, lpo uint64, b []byte, rae bool) error {
 	if len(b) == 0 || len(b)%4 != 0 || lpo%4 != 0 {
 		return fmt.Errorf("get log page %#x: length %d and offset %d must be non-zero multiples of 4", lid, len(b), lpo)
 	}
@@ -144,7 +149,7 @@ func (c *Controller) GetLogPage(ctx context.Context, lid uint8, nsid uint32, lpo
 		part := b[done : done+n]
 		off := lpo + uint64(done)
 		_, err := c.admin.exec(ctx, "get log page", part, nvmeof.DirCtrlToHost, func(sqe nvmeof.SQE, dptr nvmeof.SGLFields) {
-			sqe.GetLogPage().Encode(&nvmeof.GetLogPageFields{NSID: nsid, DPTR: dptr, LID: lid, RAE: rae, NUMD: nvmeof.NUMDForLength(uint32(n)), LPO: off})
+			sqe.GetLogPage().Encode(&nvmeof.GetLogPageFields{NSID: nsid, DPTR: dptr, LID: lid, LSP: lsp, RAE: rae, NUMD: nvmeof.NUMDForLength(uint32(n)), LPO: off})
 		})
 		if err != nil {
 			return err
@@ -300,6 +305,13 @@ func (c *Controller) aenWorker() {
 		switch {
 		case ev.Type == nvmeof.AsyncEventNotice && ev.Info == nvmeof.NoticeNSChanged:
 			ev.Namespaces, ev.AllNamespaces, err = c.ChangedNamespaces(ctx)
+		case ev.Type == nvmeof.AsyncEventNotice && ev.Info == nvmeof.NoticeANAChange && c.usesANA():
+			// Reading the log clears the notice; a group in change is
+			// read again by the ANA worker until it settles.
+			var changing bool
+			if changing, err = c.readANA(ctx); changing || err != nil {
+				c.kickANA()
+			}
 		case ev.LogPage == nvmeof.LogDiscovery:
 			err = c.GetLogPage(ctx, nvmeof.LogDiscovery, 0, 0, make([]byte, nvmeof.DiscoveryLogHeaderSize), false)
 		case ev.LogPage == nvmeof.LogSMART:

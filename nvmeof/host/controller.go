@@ -208,6 +208,15 @@ type Controller struct {
 	nsMu sync.Mutex
 	open map[*Namespace]struct{}
 
+	// ANA (ana.go): the log buffer size (0: ANA not used), the kick of
+	// the worker that re-reads it, and the last log read, by NSID and by
+	// group (guarded by anaMu, which serializes the reads).
+	anaLogSize int
+	anaKick    chan struct{}
+	anaMu      sync.Mutex
+	anaByNS    map[uint32]nvmeof.ANAState
+	anaByGroup map[uint32]nvmeof.ANAState
+
 	// DH-HMAC-CHAP: the transaction ID counter of the controller (Linux
 	// ctrl->transaction), the S2 sequence numbers of its queues, and the
 	// lock that keeps Reauthenticate calls apart.
@@ -449,12 +458,21 @@ func (c *Controller) setupIO(ctx context.Context) error {
 			c.log.Warn("nvme host: enabling asynchronous events failed", "err", err)
 		}
 	}
+	c.initANA()
 	c.bg.Add(1)
 	go c.aenWorker()
 	if err := c.postAER(); err != nil {
 		return err
 	}
 	c.startKeepAlive()
+	if c.usesANA() {
+		if _, err := c.readANA(ctx); err != nil {
+			c.log.Warn("nvme host: reading the ANA log at connect failed", "subnqn", c.subNQN, "err", err)
+			c.kickANA()
+		}
+		c.bg.Add(1)
+		go c.anaWorker()
+	}
 	for i := 1; i <= n; i++ {
 		q, err := c.newQueue(uint16(i), c.ioDepth, c.ioDepth, c.maxTransfer, false)
 		if err != nil {

@@ -32,6 +32,10 @@ type Namespace struct {
 	refreshMu sync.Mutex // orders Refresh calls
 	owned     bool       // Close closes the controller
 	closed    atomic.Bool
+	// access is the blockdev.AccessState of the namespace's ANA group
+	// (ana.go); diskID is DiskID, fixed at open.
+	access atomic.Uint32
+	diskID string
 }
 
 // nsState is what a Namespace knows of its namespace. Refresh replaces it
@@ -71,6 +75,13 @@ func (c *Controller) Namespace(ctx context.Context, nsid uint32) (*Namespace, er
 		return nil, err
 	}
 	ns := &Namespace{c: c, nsid: nsid, shift: shift}
+	if ids, err := c.NamespaceIDs(ctx, nsid); err == nil {
+		ns.diskID = diskID(c.subNQN, &id, &ids)
+	} else {
+		// Before NVMe 1.3 a controller need not have the list.
+		c.log.Debug("nvme host: no namespace identification descriptors", "subnqn", c.subNQN, "nsid", nsid, "err", err)
+		ns.diskID = diskID(c.subNQN, &id, nil)
+	}
 	ns.state.Store(&nsState{id: id, info: info})
 	c.nsMu.Lock()
 	if c.open == nil {
@@ -78,6 +89,7 @@ func (c *Controller) Namespace(ctx context.Context, nsid uint32) (*Namespace, er
 	}
 	c.open[ns] = struct{}{}
 	c.nsMu.Unlock()
+	c.openANA(ctx, ns)
 	return ns, nil
 }
 

@@ -35,6 +35,7 @@ type command struct {
 	sqe   nvmeof.SQE // the capsule's SQE (the slot's send buffer)
 	extra []byte     // capsule bytes after the SQE (DSM range)
 	req   *blockdev.Request
+	ns    *Namespace // kindIO: the namespace of req
 
 	// Outcome, set by the completion goroutine.
 	status nvmeof.Status
@@ -188,9 +189,9 @@ func (q *rdmaQueue) Complete(s *slot) {
 	x := &s.S
 	switch x.kind {
 	case kindIO:
-		r, name, st, err := x.req, x.name, x.status, s.Err
+		r, ns, name, st, err := x.req, x.ns, x.name, x.status, s.Err
 		q.putFree(s)
-		completeIO(r, name, q.qid, st, err)
+		completeIO(r, ns, name, q.qid, st, err)
 	case kindSync:
 		x.done <- struct{}{}
 	case kindAER:
@@ -274,7 +275,7 @@ func (q *rdmaQueue) submit(ns *Namespace, r *blockdev.Request, buf *rdmaq.Buffer
 		return err
 	}
 	x := &s.S
-	x.kind, x.req, x.name = kindIO, r, opName(r.Op)
+	x.kind, x.req, x.ns, x.name = kindIO, r, ns, opName(r.Op)
 	capsule := nvmeof.SQESize
 	var data rdma.SGE
 	switch r.Op {

@@ -532,9 +532,9 @@ func (q *tcpQueue) finish(s *tcpSlot, err error) {
 	x := &s.command
 	switch x.kind {
 	case kindIO:
-		r, name, st, terr := x.req, x.name, x.status, s.err
+		r, ns, name, st, terr := x.req, x.ns, x.name, x.status, s.err
 		q.putFree(s)
-		completeIO(r, name, q.qid, st, terr)
+		completeIO(r, ns, name, q.qid, st, terr)
 	case kindSync:
 		x.done <- struct{}{}
 	case kindAER:
@@ -607,7 +607,7 @@ func (q *tcpQueue) submit(ns *Namespace, r *blockdev.Request, buf *rdmaq.Buffer)
 		return err
 	}
 	x := &s.command
-	x.kind, x.req, x.name = kindIO, r, opName(r.Op)
+	x.kind, x.req, x.ns, x.name = kindIO, r, ns, opName(r.Op)
 	switch r.Op {
 	case blockdev.OpRead, blockdev.OpWrite:
 		dptr := q.setData(s, buf.Bytes()[r.BufOff:r.BufOff+r.Length], r.Op == blockdev.OpWrite)

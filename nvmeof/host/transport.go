@@ -177,10 +177,22 @@ func syncResult(qid uint16, name string, res uint64, st nvmeof.Status, terr erro
 
 // completeIO delivers a finished I/O request: err is the transport error
 // (nil when the command reached the controller), st its status.
-func completeIO(r *blockdev.Request, name string, qid uint16, st nvmeof.Status, err error) {
+//
+// A path related status (SCT 3h) completes with a *blockdev.PathError, so
+// that a multipath layer tries another path (Linux nvme_is_path_error:
+// FAILOVER); an ANA status also records the state it tells and has the
+// controller read the ANA log again (nvme_failover_req).
+func completeIO(r *blockdev.Request, ns *Namespace, name string, qid uint16, st nvmeof.Status, err error) {
 	switch {
 	case err != nil:
 		r.Err = err
+	case st.SCT() == nvmeof.SCTPathError:
+		a := pathAccess(st)
+		if ns != nil && isANAStatus(st) {
+			ns.access.Store(uint32(a))
+			ns.c.kickANA()
+		}
+		r.Err = &blockdev.PathError{State: a, Err: &StatusError{Command: name, QID: qid, Status: st}}
 	case st != 0:
 		r.Err = &StatusError{Command: name, QID: qid, Status: st}
 	default:
