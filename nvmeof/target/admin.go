@@ -193,8 +193,16 @@ func (c *controller) identifyController() nvmeof.IdentifyController {
 		return id
 	}
 	id.CNTRLTYPE = nvmeof.ControllerTypeIO
-	id.CMIC = nvmeof.CMICMultiCtrl
-	id.OAES = nvmeof.AENConfigNSAttr
+	// Several ports and controllers reach the namespaces, with ANA
+	// reporting (nvmet_execute_identify_ctrl): what Linux needs to
+	// enable native multipath (nvme_mpath_init_identify, which sizes the
+	// ANA log from NANAGRPID and MNAN and wants it within MDTS: 16 +
+	// 128*32 + 1024*4 bytes here).
+	id.CMIC = nvmeof.CMICMultiPort | nvmeof.CMICMultiCtrl | nvmeof.CMICANA
+	id.OAES = nvmeof.AENConfigNSAttr | nvmeof.AENConfigANAChange
+	id.ANACAP = nvmeof.ANACAPAllStates
+	id.ANATT = c.t.anatt
+	id.ANAGRPMAX, id.NANAGRPID = maxANAGroups, maxANAGroups
 	id.NN = maxNSID
 	id.MNAN = maxNSID
 	id.ONCS = nvmeof.ONCSCompare | nvmeof.ONCSDSM | nvmeof.ONCSWriteZeroes | nvmeof.ONCSTimestamp
@@ -206,7 +214,8 @@ func (c *controller) identifyNamespace(n *Namespace) nvmeof.IdentifyNamespace {
 	id := nvmeof.IdentifyNamespace{
 		NSZE: n.nsze, NCAP: n.nsze, NUSE: n.nsze,
 		NMIC: nvmeof.NMICShared, NGUID: n.cfg.NGUID, EUI64: n.cfg.EUI64,
-		LBAF: []nvmeof.LBAFormat{{LBADS: n.lbads}},
+		LBAF:     []nvmeof.LBAFormat{{LBADS: n.lbads}},
+		ANAGRPID: n.cfg.ANAGroupID,
 	}
 	if n.cfg.Disk.ReadOnly() {
 		id.NSATTR |= nvmeof.NSATTRReadOnly // hosts then mount it read-only
@@ -265,6 +274,11 @@ func (c *controller) getLogPage(r *request, cmd nvmeof.GetLogPageCommand) {
 		c.mu.Unlock()
 		if !cmd.RAE() {
 			c.unmask(nvmeof.NoticeNSChanged)
+		}
+	case lid == nvmeof.LogANA:
+		page = c.anaLog(cmd.LSP()&nvmeof.ANALogRGO != 0)
+		if !cmd.RAE() {
+			c.unmask(nvmeof.NoticeANAChange) // nvmet_clear_aen_bit
 		}
 	case lid == nvmeof.LogCommandEffects:
 		page = make([]byte, 4096)

@@ -267,6 +267,12 @@ func (q *sq) begin(r *request) bool {
 		if n := c.sub.namespace(r.nsid); n != nil {
 			r.ns, r.nsIn = n, &n.st.inflight[q.stripe].n
 			r.nsIn.Add(1)
+			// nvmet_check_ana_state: the group's state on this port, before
+			// any data moves.
+			if st := q.port.anaState(n.cfg.ANAGroupID); !st.Usable() {
+				r.status, r.errLoc = st.IOStatus(), nvmeof.OffsetNSID
+				return false
+			}
 		}
 	}
 	r.dir = sqe.Direction()

@@ -23,7 +23,7 @@ func (c *controller) io(q *sq, r *request, sqe nvmeof.SQE) {
 	switch r.kind {
 	case nvmeof.KindFlush:
 		if err := disk.Flush(); err != nil {
-			r.status = nvmeof.StatusWriteFault
+			r.status = ioStatus(err, true)
 		}
 	case nvmeof.KindRead, nvmeof.KindWrite, nvmeof.KindCompare:
 		cmd := sqe.RW()
@@ -207,6 +207,19 @@ func ioStatus(err error, write bool) nvmeof.Status {
 		return nvmeof.StatusNamespaceWriteProtected.WithDNR()
 	case errors.Is(err, backstore.ErrClosed):
 		return nvmeof.StatusNamespaceNotReady
+	case errors.Is(err, backstore.ErrNoSpace):
+		// Linux nvme_error_status: BLK_STS_NOSPC, ENOSPC to the writer;
+		// retrying cannot help.
+		return nvmeof.StatusCapacityExceeded.WithDNR()
+	case errors.Is(err, backstore.ErrTimeout):
+		// Command Interrupted without DNR: Linux retries it
+		// (nvme_decide_disposition RETRY, up to nvme_max_retries).
+		return nvmeof.StatusCommandInterrupted
+	case errors.Is(err, backstore.ErrFenced):
+		// A path related status without DNR: Linux multipath fails the
+		// request over to another path (nvme_is_path_error: SCT 3h,
+		// FAILOVER), where another gateway holds the store.
+		return nvmeof.StatusInternalPathError
 	case write:
 		return nvmeof.StatusWriteFault
 	}

@@ -168,6 +168,7 @@ type NamespaceInfo struct {
 	NGUID, UUID [16]byte
 	Disabled    bool // configured, not visible to hosts
 	ReadOnly    bool // the disk refuses writes
+	ANAGroupID  uint32
 }
 
 // Namespaces lists the namespaces, disabled ones included, sorted by NSID.
@@ -181,7 +182,7 @@ func (s *Subsystem) Namespaces() []NamespaceInfo {
 	out := make([]NamespaceInfo, 0, len(ns))
 	for _, n := range ns {
 		out = append(out, NamespaceInfo{NSID: n.cfg.NSID, Blocks: n.nsze, BlockSize: 1 << n.lbads, NGUID: n.cfg.NGUID, UUID: n.cfg.UUID,
-			Disabled: n.cfg.Disabled, ReadOnly: n.cfg.Disk.ReadOnly()})
+			Disabled: n.cfg.Disabled, ReadOnly: n.cfg.Disk.ReadOnly(), ANAGroupID: n.cfg.ANAGroupID})
 	}
 	slices.SortFunc(out, func(a, b NamespaceInfo) int { return cmp.Compare(a.NSID, b.NSID) })
 	return out

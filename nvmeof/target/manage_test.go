@@ -236,14 +236,14 @@ func TestNamespacesInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	d3, _ := backstore.NewMem(2<<20, 512)
-	if err := sub.AddNamespace(NamespaceConfig{NSID: 3, Disk: d3}); err != nil {
+	if err := sub.AddNamespace(NamespaceConfig{NSID: 3, Disk: d3, ANAGroupID: 4}); err != nil {
 		t.Fatal(err)
 	}
 	got := sub.Namespaces()
 	want := []NamespaceInfo{
-		{NSID: 1, Blocks: 8 << 20 / 512, BlockSize: 512, NGUID: deriveNGUID(testNQN, 1), UUID: deriveUUID(testNQN, 1)},
-		{NSID: 3, Blocks: 2 << 20 / 512, BlockSize: 512, NGUID: deriveNGUID(testNQN, 3), UUID: deriveUUID(testNQN, 3)},
-		{NSID: 7, Blocks: 256, BlockSize: 4096, NGUID: nguid, UUID: deriveUUID(testNQN, 7), Disabled: true, ReadOnly: true},
+		{NSID: 1, Blocks: 8 << 20 / 512, BlockSize: 512, NGUID: deriveNGUID(testNQN, 1), UUID: deriveUUID(testNQN, 1), ANAGroupID: 1},
+		{NSID: 3, Blocks: 2 << 20 / 512, BlockSize: 512, NGUID: deriveNGUID(testNQN, 3), UUID: deriveUUID(testNQN, 3), ANAGroupID: 4},
+		{NSID: 7, Blocks: 256, BlockSize: 4096, NGUID: nguid, UUID: deriveUUID(testNQN, 7), Disabled: true, ReadOnly: true, ANAGroupID: 1},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("namespaces %+v, want %+v", got, want)

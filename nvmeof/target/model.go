@@ -34,6 +34,10 @@ type NamespaceConfig struct {
 	EUI64 [8]byte  // zero: not reported
 	// Disabled namespaces are configured but not visible to hosts.
 	Disabled bool
+	// ANAGroupID is the namespace's ANA group, 1 to 128; 0 means group 1,
+	// nvmet's default. Each port gives the group its state
+	// (PortConfig.ANAGroups).
+	ANAGroupID uint32
 }
 
 // HostAuth is a host's in-band authentication (DH-HMAC-CHAP) settings,
@@ -91,6 +95,12 @@ type PortConfig struct {
 	MaxIOQueues int
 	// Referrals are other discovery services listed in this port's log.
 	Referrals []Referral
+	// ANAGroups are the ANA groups of the port and their states there
+	// (nvmet's ports/N/ana_groups/G/ana_state). Group 1 is optimized
+	// unless set here; a group the port has not got is inaccessible
+	// through it. Group IDs are 1 to 128 (ANAGRPMAX). Port.SetANAState
+	// changes them live.
+	ANAGroups map[uint32]nvmeof.ANAState
 }
 
 // Referral points hosts to another discovery service.
@@ -230,6 +240,12 @@ func (s *Subsystem) AddNamespace(cfg NamespaceConfig) error {
 	if bs < 512 || bs&(bs-1) != 0 {
 		return fmt.Errorf("namespace %d: block size %d is not a power of two of at least 512", cfg.NSID, bs)
 	}
+	if cfg.ANAGroupID == 0 {
+		cfg.ANAGroupID = defaultANAGroup
+	}
+	if err := checkANAGroup(cfg.ANAGroupID); err != nil {
+		return fmt.Errorf("namespace %d: %w", cfg.NSID, err)
+	}
 	if cfg.NGUID == ([16]byte{}) {
 		cfg.NGUID = deriveNGUID(s.cfg.NQN, cfg.NSID)
 	}
@@ -248,6 +264,7 @@ func (s *Subsystem) AddNamespace(cfg NamespaceConfig) error {
 		n.st = &nsStats{}
 	}
 	s.ns[cfg.NSID] = n
+	s.t.anaChanged() // a group gained a member
 	ctrls := s.controllersLocked()
 	s.mu.Unlock()
 	for _, c := range ctrls {

@@ -32,6 +32,11 @@ type Config struct {
 	// default workers.Default. Other commands run on the queue's own
 	// goroutine.
 	Workers int
+	// ANATransitionTime is the most time an ANA group stays in the
+	// change state (Identify Controller ANATT, whole seconds, 1 s to
+	// 255 s); 0 takes nvmet's 10 s. Linux hosts reset a controller whose
+	// groups stay in change longer than twice that.
+	ANATransitionTime time.Duration
 }
 
 // Target is an NVMe-oF target: subsystems exported through ports. It is
@@ -42,6 +47,7 @@ type Target struct {
 	fw      string
 	hook    func(delta int)
 	workers int
+	anatt   uint8 // Identify Controller ANATT, seconds
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -64,6 +70,9 @@ type Target struct {
 	// stripes deals the queues their stripes of the namespaces'
 	// in-flight counts, in turn.
 	stripes atomic.Uint32
+	// anaChg is the ANA change count (nvmet_ana_chgcnt): every state
+	// or group membership change moves it.
+	anaChg atomic.Uint64
 }
 
 // New creates a Target with no subsystems and no ports.
@@ -79,8 +88,12 @@ func New(cfg Config) (*Target, error) {
 	if len(fw) > 8 {
 		fw = fw[:8]
 	}
+	anatt, err := anaTransitionTime(cfg.ANATransitionTime)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &Target{p: cfg.Provider, log: log, fw: fw, hook: cfg.ConnHook, workers: cfg.Workers, ctx: ctx, cancel: cancel, started: time.Now(),
+	t := &Target{p: cfg.Provider, log: log, fw: fw, hook: cfg.ConnHook, workers: cfg.Workers, anatt: anatt, ctx: ctx, cancel: cancel, started: time.Now(),
 		subs: map[string]*Subsystem{}, ports: map[uint16]*Port{}, disc: map[*controller]bool{}, queues: map[*sq]bool{}, auths: map[string]*HostAuth{}}
 	t.discSub = &Subsystem{t: t, cfg: SubsystemConfig{NQN: nvmeof.DiscoveryNQN, Serial: "rdisk-discovery", Model: "rdisk discovery",
 		AllowAnyHost: true, CntlIDMin: 1, CntlIDMax: 0xffef}, ns: map[uint32]*Namespace{}, ctrls: map[uint16]*controller{}, hosts: map[string]bool{}, nextCID: 1}
@@ -172,6 +185,12 @@ type Port struct {
 	mu   sync.Mutex
 	subs []*Subsystem
 
+	// ana holds the state of each ANA group on the port (index: group
+	// ID; 0: the port has not got the group), read with one atomic load
+	// per I/O command; anaMu orders the changes.
+	ana   [maxANAGroups + 1]atomic.Uint32
+	anaMu sync.Mutex
+
 	// rdmaStats and tcpStats count the connections of each transport.
 	rdmaStats, tcpStats portCounters
 }
@@ -226,6 +245,9 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 	if cfg.MaxIOQueues < 1 || cfg.MaxIOQueues > 128 {
 		return nil, fmt.Errorf("port %d: I/O queues %d outside 1..128", cfg.ID, cfg.MaxIOQueues)
 	}
+	if err := (&Port{cfg: cfg}).initANA(cfg.ANAGroups); err != nil {
+		return nil, err
+	}
 	host, svc, err := net.SplitHostPort(cfg.Addr)
 	if err != nil {
 		host, svc = cfg.Addr, "4420"
@@ -275,6 +297,7 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 		}
 	}
 	p := &Port{t: t, cfg: cfg, ln: ln, host: host, svc: svc}
+	p.initANA(cfg.ANAGroups) // checked above
 	p.ctx, p.cancel = context.WithCancel(t.ctx)
 	t.mu.Lock()
 	if _, dup := t.ports[cfg.ID]; dup || t.draining.Load() {
