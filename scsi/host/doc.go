@@ -46,4 +46,20 @@
 // checks a request and hands out the snapshot's LU to build it with, and
 // Live.Do is Do that re-reads the capacity before it retries through a
 // CAPACITY DATA HAS CHANGED and logs a LUN inventory change.
+//
+// # ALUA
+//
+// A Path (NewPath, after Probe) is what Linux's scsi_dh_alua keeps of one
+// path: VPD page 83h (ParseDeviceID: the LU's NAA designator, DiskID, and
+// the relative target port and target port group of this path) and, when
+// the INQUIRY data has TPGS != 0, REPORT TARGET PORT GROUPS
+// (ParseTargetPortGroups, extended header first), whose entry for the
+// path's group gives its blockdev.AccessState (AccessState). The
+// transports call Path.Failed with each CHECK CONDITION: NOT READY
+// 04h/0Ah, 0Bh, 0Ch or 12h (SenseAccessState) records the state at once,
+// fails the request with a *blockdev.PathError (ErrPath) and reads the
+// state again on another goroutine, as a unit attention ALUAChanged
+// (2Ah/06h, 2Ah/07h) does through Path.UnitAttention. StatusError.Class of
+// such a refusal is blockdev.ErrPath. Probe goes on past a TEST UNIT READY
+// refused for standby (the other probe commands are allowed there).
 package host

@@ -26,6 +26,9 @@ const (
 	// ErrGeometry: the capacity or block size cannot be served as a
 	// blockdev.Device.
 	ErrGeometry = errorString("scsi host: unsupported geometry")
+	// ErrNoPortGroup: REPORT TARGET PORT GROUPS lists no group of the
+	// path's target port.
+	ErrNoPortGroup = errorString("scsi host: no target port group of this path")
 )
 
 // StatusError is a command that completed with a SCSI status other than
@@ -85,6 +88,9 @@ func (e *StatusError) Error() string {
 //   - ILLEGAL REQUEST, INVALID COMMAND OPERATION CODE: blockdev.ErrUnsupported
 //   - any other ILLEGAL REQUEST (invalid field in the CDB or the parameter
 //     list, LU not supported...): blockdev.ErrInvalid
+//   - NOT READY for the path's asymmetric access state (04h/0Ah, 0Bh, 0Ch,
+//     12h: see SenseAccessState): blockdev.ErrPath, which also matches
+//     blockdev.ErrIO
 //   - everything else: blockdev.ErrIO (MEDIUM ERROR, HARDWARE ERROR,
 //     ABORTED COMMAND, MISCOMPARE, NOT READY, a unit attention or BUSY left
 //     after the retries, RESERVATION CONFLICT, TASK ABORTED, a CHECK
@@ -92,6 +98,9 @@ func (e *StatusError) Error() string {
 func (e *StatusError) Class() error {
 	if e.Status != scsi.StatusCheckCondition || !e.HasSense {
 		return blockdev.ErrIO
+	}
+	if _, ok := SenseAccessState(e.Status, e.Sense); ok {
+		return blockdev.ErrPath
 	}
 	switch e.Parsed.Key {
 	case scsi.KeyDataProtect:
@@ -108,8 +117,12 @@ func (e *StatusError) Class() error {
 	return blockdev.ErrIO
 }
 
-// Is matches the sentinel Class returns.
-func (e *StatusError) Is(target error) bool { return target == e.Class() }
+// Is matches the sentinel Class returns (and blockdev.ErrIO with
+// blockdev.ErrPath, as a blockdev.PathError does).
+func (e *StatusError) Is(target error) bool {
+	c := e.Class()
+	return target == c || c == blockdev.ErrPath && target == blockdev.ErrIO
+}
 
 // MaxRetries is how many times a command is sent again after a status
 // Retry accepts, as Linux sd's SD_MAX_RETRIES.
@@ -149,6 +162,7 @@ const (
 	NameSyncCache16    = "SYNCHRONIZE CACHE(16)"
 	NameUnmap          = "UNMAP"
 	NameWriteSame16    = "WRITE SAME(16)"
+	// NameDeviceID and NameRTPG: see alua.go.
 )
 
 // IOName returns the name of the command BuildIO uses for op, without
@@ -185,6 +199,8 @@ func CommandName(cdb []byte) string {
 				return NameBlockLimits
 			case vpdProvisioning:
 				return NameProvisioning
+			case vpdDeviceID:
+				return NameDeviceID
 			}
 			return "INQUIRY (VPD page " + hex2(cdb[2]) + "h)"
 		}
@@ -197,6 +213,10 @@ func CommandName(cdb []byte) string {
 		return NameModeSense6
 	case scsi.OpReportLUNs:
 		return NameReportLUNs
+	case scsi.OpMaintenanceIn:
+		if len(cdb) > 1 && cdb[1]&0x1f == scsi.SAReportTargetPortGroup {
+			return NameRTPG
+		}
 	case scsi.OpRead16:
 		return NameRead16
 	case scsi.OpWrite16:

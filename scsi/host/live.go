@@ -28,6 +28,10 @@ const (
 	// LUNsChanged: REPORTED LUNS DATA HAS CHANGED (3Fh/0Eh): LUNs were
 	// mapped or unmapped; REPORT LUNS tells the new inventory.
 	LUNsChanged
+	// ALUAChanged: ASYMMETRIC ACCESS STATE CHANGED (2Ah/06h) or IMPLICIT
+	// ASYMMETRIC ACCESS STATE TRANSITION FAILED (2Ah/07h): REPORT TARGET
+	// PORT GROUPS tells the new states (Path.UnitAttention).
+	ALUAChanged
 )
 
 // String names the unit attention.
@@ -41,6 +45,8 @@ func (u UnitAttention) String() string {
 		return "CAPACITY DATA HAS CHANGED"
 	case LUNsChanged:
 		return "REPORTED LUNS DATA HAS CHANGED"
+	case ALUAChanged:
+		return "ASYMMETRIC ACCESS STATE CHANGED"
 	}
 	return fmt.Sprintf("UnitAttention(%d)", uint8(u))
 }
@@ -61,6 +67,8 @@ func ParseUnitAttention(st scsi.Status, sense []byte) UnitAttention {
 		return CapacityChanged
 	case scsi.ASCReportedLUNsDataChanged:
 		return LUNsChanged
+	case scsi.ASCAsymmetricAccessChanged, scsi.ASCImplicitTransitionFailed:
+		return ALUAChanged
 	}
 	return OtherUnitAttention
 }

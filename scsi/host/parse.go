@@ -37,7 +37,10 @@ type InquiryData struct {
 	DeviceType uint8
 	Removable  bool
 	// Version is the SPC version the LU claims (6: SPC-4).
-	Version                   uint8
+	Version uint8
+	// TPGS is the target port group support field (SPC-5 6.7.2): 0 no
+	// ALUA, 1 implicit, 2 explicit, 3 both.
+	TPGS                      uint8
 	Vendor, Product, Revision string
 }
 
@@ -54,10 +57,14 @@ func ParseInquiry(b []byte) (InquiryData, error) {
 		}
 		return strings.TrimRight(string(b[from:min(to, len(b))]), " \x00")
 	}
-	return InquiryData{
+	d := InquiryData{
 		PeripheralQualifier: b[0] >> 5, DeviceType: b[0] & 0x1f, Removable: b[1]&0x80 != 0, Version: b[2],
 		Vendor: field(8, 16), Product: field(16, 32), Revision: field(32, 36),
-	}, nil
+	}
+	if len(b) > 5 {
+		d.TPGS = b[5] >> 4 & 3
+	}
+	return d, nil
 }
 
 // Capacity is the READ CAPACITY(16) parameter data (SBC-3 5.16.2).

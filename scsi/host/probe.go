@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/scsi"
 )
 
@@ -80,6 +81,13 @@ func do(ctx context.Context, r Runner, c *Command, onUA func(UnitAttention)) err
 			}
 		}
 	}
+}
+
+// standby reports whether err is a command refused with TARGET PORT IN
+// STANDBY STATE.
+func standby(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.HasSense && se.Parsed.ASC == scsi.ASCALUAStandby
 }
 
 // optional turns the failure of an optional command into "not reported":
@@ -208,7 +216,12 @@ func ReportLUNs(ctx context.Context, r Runner) ([]uint64, error) {
 func Probe(ctx context.Context, r Runner, lun uint64, maxTransfer int) (LU, error) {
 	fail := func(err error) (LU, error) { return LU{}, fmt.Errorf("LUN %d: %w", lun, err) }
 	if err := TestUnitReady(ctx, r, lun); err != nil {
-		return fail(err)
+		// A path in ALUA standby refuses TEST UNIT READY (04h/0Bh) but
+		// answers the probe's other commands (SPC-5 5.16.2.4.4): the LU
+		// is there, as sd goes on after such a NOT READY.
+		if st, ok := statusAccess(err); !ok || st != blockdev.AccessInaccessible || !standby(err) {
+			return fail(err)
+		}
 	}
 	var p Pages
 	var err error
