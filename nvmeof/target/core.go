@@ -110,6 +110,17 @@ type request struct {
 	// onWorker: the command runs on a worker (may block); wantWorker: it
 	// ran inline, found it must block (an uncached read) and asks for one.
 	onWorker, wantWorker bool
+
+	// A command on a backstore.AsyncDisk (async.go): io fills aio and
+	// sets aioStart, and run starts it on the disk; aioBufs is its
+	// buffer list, dsmNext the next Dataset Management range to discard.
+	// noAsync runs the command's synchronous path instead (a Write
+	// Zeroes the disk cannot start).
+	aio      backstore.AsyncIO
+	aioBufs  [1][]byte
+	aioStart bool
+	noAsync  bool
+	dsmNext  int
 }
 
 // encodeCQE writes r's completion queue entry for queue qid into b.
@@ -145,6 +156,9 @@ type sq struct {
 	entries int
 	// pool runs commands on disks that may wait (started on first use).
 	pool *workers.Pool[*request]
+	// async counts the commands started on asynchronous disks and not
+	// yet answered: close waits for them.
+	async sync.WaitGroup
 	// stripe is the stripe of the namespaces' in-flight counts the
 	// queue's commands count in (nsStats).
 	stripe uint8
@@ -217,6 +231,7 @@ func (q *sq) begin(r *request) bool {
 	r.status, r.result, r.errLoc, r.outLen = nvmeof.StatusSuccess, 0, nvmeof.ParamErrorLocationNone, 0
 	r.xfer, r.xferLen, r.views, r.dir, r.nsid, r.lba, r.nseg = nil, 0, false, nvmeof.DirNone, 0, 0, 0
 	r.onWorker, r.wantWorker, r.ioLen, r.ns, r.nsIn, r.admitted = false, false, 0, nil, nil, false
+	r.aioStart, r.noAsync = false, false
 	r.sqhd = q.sqhd
 	if q.sqflow {
 		r.sqhd = nvmeof.SQHeadDisabled
@@ -304,6 +319,9 @@ func (q *sq) run(r *request) error {
 		return nil
 	}
 	q.execute(r)
+	if r.aioStart {
+		return q.startAsync(r)
+	}
 	if r.wantWorker {
 		q.toWorker(r)
 		return nil
@@ -386,7 +404,8 @@ func (q *sq) offload(r *request) bool {
 		if !block {
 			return false
 		}
-	} else if r.ns == nil || !mayBlock(r.ns.cfg.Disk, r.kind) {
+	} else if r.ns == nil || (!r.noAsync && isAsync(r.ns.cfg.Disk, r.kind)) || !mayBlock(r.ns.cfg.Disk, r.kind) {
+		// An asynchronous disk's commands start on the queue goroutine.
 		return false
 	}
 	q.toWorker(r)
@@ -422,6 +441,12 @@ func mayBlock(d backstore.Disk, kind nvmeof.CommandKind) bool {
 // onWorker runs an offloaded command and posts its response.
 func (q *sq) onWorker(r *request) {
 	q.execute(r)
+	if r.aioStart {
+		if err := q.startAsync(r); err != nil {
+			q.shutdown(reasonTransportError, err)
+		}
+		return
+	}
 	if err := q.respond(r); err != nil {
 		q.shutdown(reasonTransportError, err)
 	}
@@ -457,8 +482,12 @@ func (q *sq) logAttrs(extra ...any) []any {
 	return append(append(attrs, "qid", q.qid), extra...)
 }
 
-// close waits for the queue's workers once its connection ended.
-func (q *sq) close() { q.pool.Close() }
+// close waits for the queue's workers, and for the commands started on
+// asynchronous disks, once its connection ended.
+func (q *sq) close() {
+	q.pool.Close()
+	q.async.Wait()
+}
 
 // sent is called by the transport once r's completion left (NVMe/TCP:
 // written to the connection; NVMe/RDMA: its Send completed), or could not

@@ -20,8 +20,14 @@ func (c *controller) io(q *sq, r *request, sqe nvmeof.SQE) {
 		return
 	}
 	disk := n.cfg.Disk
+	_, async := disk.(backstore.AsyncDisk)
+	async = async && !r.noAsync
 	switch r.kind {
 	case nvmeof.KindFlush:
+		if async {
+			r.prepareAsync(backstore.AsyncFlush, nil, 0, 0, 0)
+			return
+		}
 		if err := disk.Flush(); err != nil {
 			r.status = ioStatus(err, true)
 		}
@@ -35,6 +41,10 @@ func (c *controller) io(q *sq, r *request, sqe nvmeof.SQE) {
 		switch r.kind {
 		case nvmeof.KindRead:
 			r.outLen = length
+			if async {
+				r.prepareAsync(backstore.AsyncRead, r.xfer[:length], off, 0, 0)
+				return
+			}
 			if v, ok := disk.(backstore.Viewer); ok && r.views {
 				k, err := v.ViewAt(r.segs[:], off, length)
 				if err == nil {
@@ -66,6 +76,10 @@ func (c *controller) io(q *sq, r *request, sqe nvmeof.SQE) {
 			if cmd.FUA() || !c.writeCache() {
 				flags = backstore.FUA
 			}
+			if async {
+				r.prepareAsync(backstore.AsyncWrite, r.xfer[:length], off, 0, flags)
+				return
+			}
 			if err := disk.WriteAt(r.xfer[:length], off, flags); err != nil {
 				r.status = ioStatus(err, true)
 			}
@@ -84,9 +98,19 @@ func (c *controller) io(q *sq, r *request, sqe nvmeof.SQE) {
 		if cmd.FUA() || !c.writeCache() {
 			flags = backstore.FUA
 		}
+		_, discards := disk.(backstore.Discarder)
+		deallocate := discards && cmd.DEAC() && backstore.TraitsOf(disk).ZeroesAfterDiscard
+		if async {
+			op := backstore.AsyncWriteZeroes
+			if deallocate {
+				op = backstore.AsyncDiscard
+			}
+			r.prepareAsync(op, nil, off, length, flags)
+			return
+		}
 		var err error
-		if d, ok := disk.(backstore.Discarder); ok && cmd.DEAC() && backstore.TraitsOf(disk).ZeroesAfterDiscard {
-			err = d.Discard(off, length)
+		if deallocate {
+			err = disk.(backstore.Discarder).Discard(off, length)
 		} else {
 			err = writeZeroes(q, disk, r, off, length, flags)
 		}
@@ -94,6 +118,10 @@ func (c *controller) io(q *sq, r *request, sqe nvmeof.SQE) {
 			r.status = ioStatus(err, true)
 		}
 	case nvmeof.KindDatasetManagement:
+		if async {
+			c.dsmAsync(r, n, sqe.DSM())
+			return
+		}
 		c.dsm(r, n, sqe.DSM())
 	default:
 		r.status, r.errLoc = nvmeof.StatusInvalidOpcode.WithDNR(), nvmeof.OffsetOpcode
