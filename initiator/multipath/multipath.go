@@ -576,8 +576,8 @@ func (d *Device) onDone(r *blockdev.Request) {
 			d.subDone(s, fmt.Errorf("multipath: %s: request failed on %d paths: %w (%w)", d.cfg.Name, s.tries, err, blockdev.ErrIO))
 			return
 		}
-		if s.m.issued.IsZero() {
-			s.m.issued = r.Issued
+		if s == &s.m.main && s.m.issued.IsZero() {
+			s.m.issued = r.Issued // flush kids may fail at once: only the main sub writes it
 		}
 		d.requeue(s)
 		return
@@ -747,3 +747,7 @@ func names(ps []*path) string {
 	}
 	return strings.Join(s, ", ")
 }
+
+// Failing reports whether requests fail at once for want of a usable path
+// (a request waited the loss timeout, and no path has been usable since).
+func (d *Device) Failing() bool { return d.noPath.Load() != nil && d.Usable() == 0 }
