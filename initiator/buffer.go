@@ -52,6 +52,19 @@ func (s *Session) AllocBuffer(size int) (blockdev.Buffer, error) {
 	return b, nil
 }
 
+// RegisterBuffer implements BufferRegistrar: mem as a session buffer,
+// registered with each connection at its first use there (or bounced), so a
+// multipath device can hand out memory usable on every path.
+func (s *Session) RegisterBuffer(mem []byte) (blockdev.Buffer, error) {
+	if len(mem) == 0 {
+		return nil, errors.New("initiator: registering no memory")
+	}
+	if s.closing.Load() {
+		return nil, blockdev.ErrClosed
+	}
+	return &sessBuffer{s: s, mem: mem}, nil
+}
+
 func isClosed(err error) bool { return err != nil && errors.Is(err, blockdev.ErrClosed) }
 
 // Bytes implements blockdev.Buffer.

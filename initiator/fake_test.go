@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/rdisk/rdisk/blockdev"
@@ -16,6 +17,9 @@ import (
 type fakeTarget struct {
 	mem      *blockdevtest.Mem
 	register bool // conns implement BufferRegistrar
+	// access is the ANA state the conns report; id their DiskID.
+	access atomic.Uint32
+	id     atomic.Pointer[string]
 
 	mu    sync.Mutex
 	down  bool
@@ -197,3 +201,25 @@ type plainBuf struct{ b []byte }
 
 func (p *plainBuf) Bytes() []byte  { return p.b }
 func (p *plainBuf) Release() error { return nil }
+
+// The conns report the target's access state and identity.
+func (c *fakeConn) AccessState() blockdev.AccessState { return blockdev.AccessState(c.t.access.Load()) }
+
+func (c *fakeConn) RefreshAccessState() (blockdev.AccessState, error) {
+	c.mu.Lock()
+	dead := c.dead
+	c.mu.Unlock()
+	if dead {
+		return blockdev.AccessTransitioning, blockdev.ErrClosed
+	}
+	return c.AccessState(), nil
+}
+
+func (c *fakeConn) DiskID() string {
+	if id := c.t.id.Load(); id != nil {
+		return *id
+	}
+	return ""
+}
+
+func (ft *fakeTarget) setID(id string) { ft.id.Store(&id) }

@@ -68,6 +68,14 @@ type SessionConfig struct {
 	ConnectTimeout time.Duration
 	// Logger receives state changes [discard].
 	Logger *slog.Logger
+	// FailFast makes the session a path of a multipath device
+	// (initiator/multipath): when the connection is lost, its requests in
+	// flight complete at once with a *PathDownError (matching
+	// blockdev.ErrPath and blockdev.ErrClosed) instead of waiting for a new
+	// connection, and Submit refuses new ones with it until the session is
+	// reconnected; it keeps reconnecting in the background for
+	// LossTimeout, and fails after it as without FailFast.
+	FailFast bool
 }
 
 // LostError is what I/O fails with once a session gave up reconnecting.
@@ -87,6 +95,25 @@ func (e *LostError) Error() string {
 // Unwrap returns the last connection error and the sentinels the error
 // matches.
 func (e *LostError) Unwrap() []error { return []error{e.Err, blockdev.ErrIO, blockdev.ErrClosed} }
+
+// PathDownError is what a fail-fast session's requests fail with while
+// its connection is down (SessionConfig.FailFast). It matches
+// blockdev.ErrPath (another path may serve the request), blockdev.ErrClosed
+// (this path's connection is gone) and blockdev.ErrIO.
+type PathDownError struct {
+	URL string
+	// Err is the connection error.
+	Err error
+}
+
+func (e *PathDownError) Error() string {
+	return fmt.Sprintf("%s: connection lost, reconnecting: %v", e.URL, e.Err)
+}
+
+// Unwrap returns the connection error and the sentinels the error matches.
+func (e *PathDownError) Unwrap() []error {
+	return []error{e.Err, blockdev.ErrPath, blockdev.ErrClosed, blockdev.ErrIO}
+}
 
 // BufferRegistrar is an optional capability of a device: registering
 // memory the caller owns. A session uses it after a reconnect so that the
@@ -133,9 +160,15 @@ type Session struct {
 	log  *slog.Logger
 	info blockdev.Info
 
-	cur  atomic.Pointer[link] // nil while not live
-	free chan *inner
-	all  []*inner
+	cur    atomic.Pointer[link] // nil while not live
+	diskID string               // the first connection's blockdev.Identifier
+	// stateA mirrors state for AccessState's lock-free read.
+	stateA atomic.Uint32
+	// lostGen is the generation of a connection a fail-fast session saw
+	// fail: the supervisor replaces it.
+	lostGen atomic.Uint64
+	free    chan *inner
+	all     []*inner
 
 	mu       sync.Mutex
 	state    State
@@ -165,6 +198,7 @@ type link struct {
 	dev  blockdev.Device
 	gen  uint64
 	done <-chan struct{}
+	rep  blockdev.PathReporter // dev's, if it reports one
 }
 
 // inner is the session's request to the device for one caller request.
@@ -205,6 +239,10 @@ func NewSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 	s := &Session{cfg: cfg, log: cfg.Logger, info: dev.Info(), state: StateLive, gen: 1,
 		kick: make(chan struct{}, 1), closed: make(chan struct{}), superved: make(chan struct{}), stateAt: time.Now()}
 	s.info.Name = cfg.URL
+	s.stateA.Store(uint32(StateLive))
+	if id, ok := dev.(blockdev.Identifier); ok {
+		s.diskID = id.DiskID()
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	n := max(s.info.Queues*s.info.QueueDepth, 1)
 	s.free = make(chan *inner, n)
@@ -226,6 +264,7 @@ func newLink(dev blockdev.Device, gen uint64) *link {
 	if d, ok := dev.(doner); ok {
 		l.done = d.Done()
 	}
+	l.rep, _ = dev.(blockdev.PathReporter)
 	return l
 }
 
@@ -377,6 +416,28 @@ func (s *Session) park(in *inner, cause error) error {
 		s.mu.Unlock()
 		return err
 	}
+	if s.cfg.FailFast {
+		if cause != nil {
+			s.lastErr = cause
+		}
+		err := &PathDownError{URL: s.cfg.URL, Err: s.lastErr}
+		if err.Err == nil {
+			err.Err = errors.New("not connected")
+		}
+		s.mu.Unlock()
+		if cause != nil && in.gen != 0 {
+			// Replace the failed connection (once: the supervisor
+			// ignores an older generation).
+			if s.lostGen.Load() < in.gen {
+				s.lostGen.Store(in.gen)
+			}
+			select {
+			case s.kick <- struct{}{}:
+			default:
+			}
+		}
+		return err
+	}
 	if cause != nil {
 		s.lastErr = cause
 		in.tries++
@@ -399,7 +460,9 @@ func (s *Session) park(in *inner, cause error) error {
 func (s *Session) onDone(r *blockdev.Request) {
 	in := r.Ctx.(*inner)
 	if r.Err != nil && errors.Is(r.Err, blockdev.ErrClosed) && !s.closing.Load() {
-		s.retries.Add(1)
+		if !s.cfg.FailFast {
+			s.retries.Add(1)
+		}
 		if err := s.park(in, r.Err); err != nil {
 			s.complete(in, err)
 		}
@@ -466,6 +529,11 @@ func (s *Session) supervise() {
 		case <-s.closed:
 			return
 		case <-s.kick:
+			if l != nil && s.lostGen.Load() == l.gen {
+				// A fail-fast session saw its connection fail.
+				s.reconnect(l)
+				continue
+			}
 		case <-done:
 			s.mu.Lock()
 			s.lastErr = deviceErr(l.dev)
@@ -526,7 +594,8 @@ func (s *Session) reconnect(l *link) {
 		s.mu.Unlock()
 		return
 	}
-	s.state, s.stateAt, s.lostAt = StateReconnecting, time.Now(), time.Now()
+	s.setState(StateReconnecting)
+	s.lostAt = s.stateAt
 	s.cur.Store(nil)
 	cause := s.lastErr
 	s.mu.Unlock()
@@ -549,7 +618,7 @@ func (s *Session) reconnect(l *link) {
 		dev, err := s.cfg.Dial(ctx, s.cfg.URL)
 		cancel()
 		if err == nil {
-			if err = s.compatible(dev.Info()); err != nil {
+			if err = s.compatible(dev); err != nil {
 				dev.Close()
 				s.mu.Lock()
 				s.lastErr = err
@@ -565,7 +634,7 @@ func (s *Session) reconnect(l *link) {
 			}
 			s.gen++
 			s.cur.Store(newLink(dev, s.gen))
-			s.state, s.stateAt = StateLive, time.Now()
+			s.setState(StateLive)
 			parked := s.parked
 			s.parked = nil
 			s.mu.Unlock()
@@ -587,8 +656,21 @@ func (s *Session) reconnect(l *link) {
 	}
 }
 
-// compatible checks that a new connection reaches the same disk shape.
-func (s *Session) compatible(in blockdev.Info) error {
+// setState enters st (s.mu held).
+func (s *Session) setState(st State) {
+	s.state, s.stateAt = st, time.Now()
+	s.stateA.Store(uint32(st))
+}
+
+// compatible checks that a new connection reaches the same disk, of the
+// same shape.
+func (s *Session) compatible(dev blockdev.Device) error {
+	in := dev.Info()
+	if id, ok := dev.(blockdev.Identifier); ok && s.diskID != "" {
+		if got := id.DiskID(); got != "" && got != s.diskID {
+			return fmt.Errorf("reconnected to a different disk: %q, was %q", got, s.diskID)
+		}
+	}
 	if in.BlockSize != s.info.BlockSize || in.Size != s.info.Size {
 		return fmt.Errorf("reconnected to a different disk: %s in %d-byte blocks, was %s in %d", units.FormatSize(in.Size), in.BlockSize, units.FormatSize(s.info.Size), s.info.BlockSize)
 	}
@@ -609,7 +691,7 @@ func (s *Session) fail(cause error) {
 		return
 	}
 	s.failErr = &LostError{URL: s.cfg.URL, For: time.Since(s.lostAt), Err: cause}
-	s.state, s.stateAt = StateFailed, time.Now()
+	s.setState(StateFailed)
 	parked := s.parked
 	s.parked = nil
 	err := s.failErr
@@ -629,7 +711,7 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.closing.Store(true)
-	s.state, s.stateAt = StateClosed, time.Now()
+	s.setState(StateClosed)
 	close(s.closed)
 	s.cancel()
 	s.mu.Unlock()
@@ -647,3 +729,44 @@ func (s *Session) Close() error {
 	}
 	return err
 }
+
+// AccessState implements blockdev.PathReporter: the connection's device's
+// access state while live (AccessUnknown if it reports none),
+// AccessTransitioning while reconnecting, AccessPersistentLoss once failed
+// or closed.
+func (s *Session) AccessState() blockdev.AccessState {
+	switch State(s.stateA.Load()) {
+	case StateLive:
+		l := s.cur.Load()
+		switch {
+		case l == nil:
+			return blockdev.AccessTransitioning
+		case l.rep != nil:
+			return l.rep.AccessState()
+		}
+		return blockdev.AccessUnknown
+	case StateReconnecting:
+		return blockdev.AccessTransitioning
+	}
+	return blockdev.AccessPersistentLoss
+}
+
+// RefreshAccessState implements blockdev.PathReporter: it asks the
+// connection's device when live and it reports a state; otherwise it
+// returns AccessState.
+func (s *Session) RefreshAccessState() (blockdev.AccessState, error) {
+	l := s.cur.Load()
+	if l == nil || l.rep == nil {
+		return s.AccessState(), nil
+	}
+	a, err := l.rep.RefreshAccessState()
+	if err != nil {
+		return a, fmt.Errorf("%s: reading the access state: %w", s.cfg.URL, err)
+	}
+	return a, nil
+}
+
+// DiskID implements blockdev.Identifier: the identity the first
+// connection's device reported ("" if none). A reconnection that reports
+// another one fails the session.
+func (s *Session) DiskID() string { return s.diskID }

@@ -58,7 +58,7 @@ func TestSessionFirstConnectFails(t *testing.T) {
 
 // runIO keeps depth writes in flight over units of size bytes, each with
 // its own pattern, for n writes; it returns the last seed written per unit.
-func runIO(t *testing.T, s *Session, units, size, n, depth int, during func(i int)) []uint64 {
+func runIO(t *testing.T, s blockdev.Device, units, size, n, depth int, during func(i int)) []uint64 {
 	t.Helper()
 	buf, err := s.AllocBuffer(depth * size)
 	if err != nil {
@@ -105,7 +105,7 @@ func runIO(t *testing.T, s *Session, units, size, n, depth int, during func(i in
 	return last
 }
 
-func checkUnits(t *testing.T, s *Session, last []uint64, size int) {
+func checkUnits(t *testing.T, s blockdev.Device, last []uint64, size int) {
 	t.Helper()
 	got := make([]byte, size)
 	want := make([]byte, size)
