@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdisk/rdisk/initiator/multipath"
 	"golang.org/x/sys/unix"
 )
 
@@ -48,7 +49,16 @@ type Request struct {
 
 // ConnectSpec describes a session and its exports.
 type ConnectSpec struct {
+	// URL names the remote disk.
 	URL string `json:"url"`
+	// URLs name several paths to one disk (gateways exporting it, or one
+	// target's ports): the session is then a multipath device over a
+	// fail-fast session per URL (package initiator/multipath). URL, when
+	// set too, is the first path.
+	URLs []string `json:"urls,omitempty"`
+	// Policy is the multipath path selection: "round-robin" (default) or
+	// "queue-depth".
+	Policy string `json:"policy,omitempty"`
 	// Name names the session (and the FUSE file); empty picks "diskN".
 	Name string `json:"name,omitempty"`
 	// NBD lists NBD listen addresses: "unix:/path" or "tcp:HOST:PORT"
@@ -76,8 +86,12 @@ type Response struct {
 
 // SessionInfo describes a session for `rdisk list`.
 type SessionInfo struct {
-	Name      string    `json:"name"`
-	URL       string    `json:"url"`
+	Name string `json:"name"`
+	// URL is the session's URL, a multipath session's first path's.
+	URL string `json:"url"`
+	// URLs are a multipath session's paths; Policy its path selection.
+	URLs      []string  `json:"urls,omitempty"`
+	Policy    string    `json:"policy,omitempty"`
 	Protocol  string    `json:"protocol"`
 	State     string    `json:"state"`
 	Since     time.Time `json:"since"`
@@ -87,7 +101,38 @@ type SessionInfo struct {
 	// "fuse /dir/NAME".
 	Exports   []string `json:"exports"`
 	LastError string   `json:"last_error,omitempty"`
-	Stats     Stats    `json:"stats"`
+	// Stats of a multipath session count the requests of the device
+	// (Retries: the requests failed over to another path; Reconnects:
+	// the paths' reconnections).
+	Stats Stats `json:"stats"`
+	// Paths describe a multipath session's paths.
+	Paths []PathStatus `json:"paths,omitempty"`
+}
+
+// PathStatus describes one path of a multipath session.
+type PathStatus struct {
+	URL string `json:"url"`
+	// State is the path's state in the multipath device: "live" (serving
+	// by its access state), "pending" (refused I/O; its access state is
+	// being re-read), "down" (connection lost), "failed" (gone for good),
+	// or "connecting" (its first connection is being retried).
+	State string `json:"state"`
+	// Connection is the path session's state: "live", "reconnecting",
+	// "failed", "closed" (empty while connecting).
+	Connection string `json:"connection,omitempty"`
+	// Access is the ANA/ALUA access state: "optimized", "non-optimized",
+	// "inaccessible", "persistent-loss", "transitioning" or "unknown".
+	Access string `json:"access"`
+	// InFlight, Completed, Errors and Failovers are the multipath
+	// device's counts for the path (Failovers: its requests sent to
+	// another path); Reconnects the session's.
+	InFlight   int       `json:"in_flight"`
+	Completed  uint64    `json:"completed"`
+	Errors     uint64    `json:"errors"`
+	Failovers  uint64    `json:"failovers"`
+	Reconnects uint64    `json:"reconnects"`
+	Since      time.Time `json:"since"`
+	LastError  string    `json:"last_error,omitempty"`
 }
 
 // DecodeRequest reads and validates one request line.
@@ -149,10 +194,38 @@ func (r *Request) Validate() error {
 	return nil
 }
 
+// MaxPaths bounds the URLs of one session.
+const MaxPaths = 16
+
+// PathURLs returns the session's paths: URL, then URLs.
+func (c *ConnectSpec) PathURLs() []string {
+	if c.URL == "" {
+		return c.URLs
+	}
+	return append([]string{c.URL}, c.URLs...)
+}
+
 // Validate checks a ConnectSpec.
 func (c *ConnectSpec) Validate() error {
-	if c.URL == "" || len(c.URL) > 4096 || !IsURL(c.URL) {
-		return fmt.Errorf("%q is not a URL (want SCHEME://HOST/..., e.g. nvme://127.0.0.1:4420/NQN)", truncate(c.URL))
+	urls := c.PathURLs()
+	if len(urls) == 0 {
+		urls = []string{""}
+	}
+	if len(urls) > MaxPaths {
+		return fmt.Errorf("%d URLs: at most %d paths", len(urls), MaxPaths)
+	}
+	for i, u := range urls {
+		if u == "" || len(u) > 4096 || !IsURL(u) {
+			return fmt.Errorf("%q is not a URL (want SCHEME://HOST/..., e.g. nvme://127.0.0.1:4420/NQN)", truncate(u))
+		}
+		for _, o := range urls[:i] {
+			if o == u {
+				return fmt.Errorf("URL %q given twice", truncate(u))
+			}
+		}
+	}
+	if _, err := multipath.ParsePolicy(c.Policy); err != nil {
+		return err
 	}
 	if c.Name != "" {
 		if err := CheckName(c.Name); err != nil {

@@ -9,13 +9,16 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/initiator/fusefile"
+	"github.com/rdisk/rdisk/initiator/multipath"
 	"github.com/rdisk/rdisk/initiator/nbd"
 )
 
@@ -24,8 +27,12 @@ type DaemonConfig struct {
 	// Dialers open devices by URL scheme.
 	Dialers Dialers
 	// LossTimeout, ReconnectDelay and ConnectTimeout are the session
-	// defaults (see SessionConfig).
+	// defaults (see SessionConfig). A multipath session's I/O waits for a
+	// usable path for LossTimeout; its path sessions reconnect forever.
 	LossTimeout, ReconnectDelay, ConnectTimeout time.Duration
+	// RecheckInterval is how often a multipath session re-reads the access
+	// state of its unusable paths (multipath.Config) [the reconnect delay].
+	RecheckInterval time.Duration
 	// NBD tunes the NBD servers.
 	NBD nbd.Config
 	// DefaultNBDDir, if set, gives a session that names no export an NBD
@@ -55,10 +62,23 @@ type Daemon struct {
 }
 
 type entry struct {
-	name     string
-	scheme   string
-	sess     *Session
-	created  time.Time
+	name   string
+	scheme string
+	// dev is what the exports serve: sess, or mp over the path sessions.
+	dev     blockdev.Device
+	sess    *Session
+	mp      *multipath.Device
+	urls    []string // a multipath session's paths, in the spec's order
+	policy  string
+	created time.Time
+
+	// pathsMu guards paths and connecting, which the path adders change.
+	pathsMu    sync.Mutex
+	paths      map[string]*Session // a multipath session's path sessions by URL
+	connecting map[string]error    // paths whose first connection is retried, and its last error
+	stopAdders context.CancelFunc
+	adders     sync.WaitGroup
+
 	nbd      *nbd.Server
 	nbdAddrs []string
 	sockets  []string // unix socket files to remove
@@ -108,9 +128,18 @@ func (d *Daemon) Connect(ctx context.Context, spec ConnectSpec) (SessionInfo, er
 	if err := spec.Validate(); err != nil {
 		return SessionInfo{}, err
 	}
-	dial, scheme, err := d.cfg.Dialers.Lookup(spec.URL)
-	if err != nil {
-		return SessionInfo{}, err
+	urls := spec.PathURLs()
+	dials := make([]Dialer, len(urls))
+	var schemes []string
+	for i, u := range urls {
+		dial, scheme, err := d.cfg.Dialers.Lookup(u)
+		if err != nil {
+			return SessionInfo{}, err
+		}
+		dials[i] = dial
+		if !slices.Contains(schemes, scheme) {
+			schemes = append(schemes, scheme)
+		}
 	}
 	d.mu.Lock()
 	if d.closed {
@@ -130,8 +159,10 @@ func (d *Daemon) Connect(ctx context.Context, spec ConnectSpec) (SessionInfo, er
 		return SessionInfo{}, fmt.Errorf("a session named %q exists (rdisk disconnect %s, or pick another --name)", name, name)
 	}
 	for _, e := range d.sessions {
-		if e.sess.URL() == spec.URL {
-			d.log.Warn("daemon: a second session to the same disk", "url", spec.URL, "other", e.name)
+		for _, u := range urls {
+			if slices.Contains(e.pathURLs(), u) {
+				d.log.Warn("daemon: a second session to the same disk", "url", u, "other", e.name)
+			}
 		}
 	}
 	if spec.FUSE != "" {
@@ -172,8 +203,8 @@ func (d *Daemon) Connect(ctx context.Context, spec ConnectSpec) (SessionInfo, er
 	if len(spec.NBD) == 0 && spec.FUSE == "" && d.cfg.DefaultNBDDir != "" {
 		spec.NBD = []string{"unix:" + filepath.Join(d.cfg.DefaultNBDDir, name+".nbd")}
 	}
-	e := &entry{name: name, scheme: scheme, created: time.Now()}
-	cfg := SessionConfig{URL: spec.URL, Dial: dial, LossTimeout: d.cfg.LossTimeout, ReconnectDelay: d.cfg.ReconnectDelay,
+	e := &entry{name: name, scheme: strings.Join(schemes, ","), created: time.Now()}
+	cfg := SessionConfig{URL: urls[0], Dial: dials[0], LossTimeout: d.cfg.LossTimeout, ReconnectDelay: d.cfg.ReconnectDelay,
 		ConnectTimeout: d.cfg.ConnectTimeout, Logger: d.log.With("session", name)}
 	if spec.LossTimeoutMS != 0 {
 		cfg.LossTimeout = time.Duration(spec.LossTimeoutMS) * time.Millisecond
@@ -181,11 +212,15 @@ func (d *Daemon) Connect(ctx context.Context, spec ConnectSpec) (SessionInfo, er
 	if spec.ReconnectDelayMS != 0 {
 		cfg.ReconnectDelay = time.Duration(spec.ReconnectDelayMS) * time.Millisecond
 	}
-	sess, err := NewSession(ctx, cfg)
-	if err != nil {
-		return SessionInfo{}, fmt.Errorf("connecting to %s: %w", spec.URL, err)
+	if len(urls) == 1 {
+		sess, err := NewSession(ctx, cfg)
+		if err != nil {
+			return SessionInfo{}, fmt.Errorf("connecting to %s: %w", spec.URL, err)
+		}
+		e.sess, e.dev = sess, sess
+	} else if err := d.connectMultipath(ctx, e, spec, urls, dials, cfg); err != nil {
+		return SessionInfo{}, err
 	}
-	e.sess = sess
 	if err := d.export(e, spec); err != nil {
 		d.teardown(e, true)
 		return SessionInfo{}, err
@@ -200,7 +235,7 @@ func (d *Daemon) Connect(ctx context.Context, spec ConnectSpec) (SessionInfo, er
 		d.teardown(e, true)
 		return SessionInfo{}, errors.New("the daemon is shutting down")
 	}
-	d.log.Info("daemon: session connected", "session", name, "url", spec.URL, "reason", "connect requested", "size", sess.Info().Size, "exports", e.exports())
+	d.log.Info("daemon: session connected", "session", name, "url", strings.Join(urls, " "), "reason", "connect requested", "size", e.dev.Info().Size, "exports", e.exports())
 	return d.info(e), nil
 }
 
@@ -208,7 +243,7 @@ func (d *Daemon) Connect(ctx context.Context, spec ConnectSpec) (SessionInfo, er
 func (d *Daemon) export(e *entry, spec ConnectSpec) error {
 	if len(spec.NBD) > 0 {
 		srv, err := nbd.NewServer(withLogger(d.cfg.NBD, d.log.With("session", e.name)),
-			&nbd.Export{Name: e.name, Description: spec.URL, Dev: e.sess, ReadOnly: spec.ReadOnly})
+			&nbd.Export{Name: e.name, Description: strings.Join(spec.PathURLs(), " "), Dev: e.dev, ReadOnly: spec.ReadOnly})
 		if err != nil {
 			return err
 		}
@@ -248,7 +283,7 @@ func (d *Daemon) export(e *entry, spec ConnectSpec) error {
 		if err := os.MkdirAll(spec.FUSE, 0o700); err != nil {
 			return fmt.Errorf("FUSE directory: %w", err)
 		}
-		m, err := fusefile.New(fusefile.Config{Dir: spec.FUSE, Name: e.name, Dev: e.sess, ReadOnly: spec.ReadOnly,
+		m, err := fusefile.New(fusefile.Config{Dir: spec.FUSE, Name: e.name, Dev: e.dev, ReadOnly: spec.ReadOnly,
 			Logger: d.log.With("session", e.name)})
 		if err != nil {
 			return err
@@ -317,7 +352,11 @@ func (d *Daemon) unmount(e *entry, force bool) error {
 // requests: requests still in flight fail, and the NBD connections, which
 // wait for theirs, end.
 func (d *Daemon) closeSession(e *entry) error {
-	err := e.sess.Close()
+	if e.stopAdders != nil {
+		e.stopAdders()
+		e.adders.Wait()
+	}
+	err := e.dev.Close()
 	if e.nbd != nil {
 		e.nbd.Wait()
 		e.serving.Wait()
@@ -382,7 +421,7 @@ func (d *Daemon) remove(e *entry, reason string) {
 	close(e.settled)
 	last := len(d.sessions) == 0
 	d.mu.Unlock()
-	d.log.Info("daemon: session disconnected", "session", e.name, "url", e.sess.URL(), "reason", reason)
+	d.log.Info("daemon: session disconnected", "session", e.name, "url", e.url(), "reason", reason)
 	if last {
 		select {
 		case d.idle <- struct{}{}:
@@ -447,12 +486,24 @@ func (d *Daemon) Busy() bool {
 	return len(d.sessions) > 0 || len(d.pending) > 0
 }
 
-// Session returns a session by name (nil if none).
+// Session returns a single-path session by name (nil if none, or if it
+// is a multipath session: see Device).
 func (d *Daemon) Session(name string) *Session {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if e := d.sessions[name]; e != nil {
 		return e.sess
+	}
+	return nil
+}
+
+// Device returns the device a session's exports serve by name (nil if
+// none): its *Session, or for several URLs its *multipath.Device.
+func (d *Daemon) Device(name string) blockdev.Device {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e := d.sessions[name]; e != nil {
+		return e.dev
 	}
 	return nil
 }
@@ -469,6 +520,9 @@ func (e *entry) exports() []string {
 }
 
 func (d *Daemon) info(e *entry) SessionInfo {
+	if e.mp != nil {
+		return d.multipathInfo(e)
+	}
 	st, since := e.sess.State()
 	in := e.sess.Info()
 	si := SessionInfo{Name: e.name, URL: e.sess.URL(), Protocol: e.scheme, State: st.String(), Since: since,

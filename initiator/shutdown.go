@@ -29,6 +29,9 @@ type SessionStats struct {
 	ReadBytes, WriteBytes  uint64
 	// Errors counts the requests completed with an error.
 	Errors uint64
+	// Paths is the number of paths of a multipath session (1 for a
+	// single-URL session), UsablePaths the number serving I/O now.
+	Paths, UsablePaths int
 }
 
 // SessionStats returns every session's numbers, oldest session first. The
@@ -42,13 +45,29 @@ func (d *Daemon) SessionStats() []SessionStats {
 		if e == nil {
 			continue
 		}
+		if e.mp != nil {
+			st := e.mp.Stats()
+			usable := e.mp.Usable()
+			out = append(out, SessionStats{
+				Name: e.name, URL: e.url(), Connected: usable > 0, Reconnects: e.reconnects(),
+				Waiting: e.mp.Waiting(), Reads: st.Reads, Writes: st.Writes, Flushes: st.Flushes,
+				ReadBytes: st.BytesRead, WriteBytes: st.BytesWritten, Errors: st.Errors,
+				Paths: len(e.urls), UsablePaths: usable,
+			})
+			continue
+		}
 		s := e.sess
 		st := s.Stats()
 		state, _ := s.State()
+		connected := 0
+		if state == StateLive {
+			connected = 1
+		}
 		out = append(out, SessionStats{
 			Name: e.name, URL: s.URL(), Connected: state == StateLive, Reconnects: st.Reconnects,
 			Waiting: s.Waiting(), Reads: st.Reads, Writes: st.Writes, Flushes: st.Flushes,
 			ReadBytes: st.BytesRead, WriteBytes: st.BytesWritten, Errors: st.Errors,
+			Paths: 1, UsablePaths: connected,
 		})
 	}
 	return out
@@ -172,7 +191,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	}
 	sort.SliceStable(failed, func(i, j int) bool { return failed[i].created.Before(failed[j].created) })
 	for _, e := range failed {
-		serr.Sessions = append(serr.Sessions, SessionError{Name: e.name, URL: e.sess.URL(), Err: errs[e]})
+		serr.Sessions = append(serr.Sessions, SessionError{Name: e.name, URL: e.url(), Err: errs[e]})
 	}
 	d.log.Error("daemon: shut down, not cleanly", "err", serr)
 	return serr
@@ -213,12 +232,12 @@ func (d *Daemon) stop(ctx context.Context, e *entry) error {
 	if why == nil {
 		// Requests of other users of the session (a FUSE mount's
 		// kernel requests, a detached mount's users) complete too.
-		if err := e.sess.drain(ctx); err != nil {
+		if err := e.drain(ctx); err != nil {
 			why = fmt.Errorf("waiting for in-flight requests: %w", err)
 		}
 	}
 	if why == nil {
-		if err := flushCtx(ctx, e.sess); err != nil {
+		if err := flushCtx(ctx, e.dev); err != nil {
 			why = fmt.Errorf("flush: %w", err)
 		}
 	}
@@ -233,11 +252,18 @@ func (d *Daemon) stop(ctx context.Context, e *entry) error {
 	return why
 }
 
-// drain waits until no request is in flight (queued ones included), or
-// ctx ends. It polls: the I/O path pays nothing for it.
-func (s *Session) drain(ctx context.Context) error {
+// drain waits until no request of the session's device is in flight
+// (queued ones included), or ctx ends. It polls: the I/O path pays nothing
+// for it.
+func (e *entry) drain(ctx context.Context) error {
+	inflight := func() int64 {
+		if e.mp != nil {
+			return e.mp.Stats().InFlight
+		}
+		return e.sess.inflight.Load()
+	}
 	delay := 100 * time.Microsecond
-	for s.inflight.Load() > 0 {
+	for inflight() > 0 {
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:

@@ -87,11 +87,12 @@ func TestDaemonSessionStats(t *testing.T) {
 	if len(all) != 2 || all[0].Name != "st" || all[1].Name != "other" {
 		t.Fatalf("SessionStats %+v: want st, other", all)
 	}
-	want := SessionStats{Name: "st", URL: "fake://t/stats", Connected: true, Reads: 2, Writes: 3, Flushes: 1, ReadBytes: 8192, WriteBytes: 3 * 8192}
+	want := SessionStats{Name: "st", URL: "fake://t/stats", Connected: true, Reads: 2, Writes: 3, Flushes: 1, ReadBytes: 8192, WriteBytes: 3 * 8192,
+		Paths: 1, UsablePaths: 1}
 	if all[0] != want {
 		t.Errorf("stats %+v, want %+v", all[0], want)
 	}
-	if all[1] != (SessionStats{Name: "other", URL: "fake://t/other", Connected: true}) {
+	if all[1] != (SessionStats{Name: "other", URL: "fake://t/other", Connected: true, Paths: 1, UsablePaths: 1}) {
 		t.Errorf("idle session's stats %+v", all[1])
 	}
 
