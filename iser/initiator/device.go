@@ -31,10 +31,18 @@ type StatusError = host.StatusError
 // reports CAPACITY DATA HAS CHANGED makes it read READ CAPACITY(16) again,
 // so that Info and LU describe the new size, before the command is sent
 // again, checked and built against it.
+//
+// It follows the path's ALUA state too (a host.Path: blockdev.PathReporter)
+// and tells the LU's identity (blockdev.Identifier): a command refused for
+// the path's asymmetric access state (NOT READY 04h/0Ah, 0Bh, 0Ch, 12h)
+// completes with a *blockdev.PathError (blockdev.ErrPath), and that
+// refusal or an ASYMMETRIC ACCESS STATE CHANGED unit attention makes the
+// Device read REPORT TARGET PORT GROUPS again.
 type Device struct {
 	s      *Session
 	lun    uint64
 	live   *host.Live
+	path   *host.Path
 	owned  bool
 	closed atomic.Bool
 
@@ -43,7 +51,11 @@ type Device struct {
 	zero  []byte
 }
 
-var _ blockdev.Device = (*Device)(nil)
+var (
+	_ blockdev.Device       = (*Device)(nil)
+	_ blockdev.PathReporter = (*Device)(nil)
+	_ blockdev.Identifier   = (*Device)(nil)
+)
 
 var _ host.Runner = (*Session)(nil)
 
@@ -104,7 +116,11 @@ func (s *Session) device(ctx context.Context, lun uint64, name string) (*Device,
 	if err != nil {
 		return nil, fmt.Errorf("iscsi: %w", err)
 	}
-	d := &Device{s: s, lun: lun, live: host.NewLive(lu, lu.Info(name, 1, s.depth), s.log)}
+	path, err := host.NewPath(ctx, s, lun, lu.Pages.Inquiry, s.log.With("device", name))
+	if err != nil {
+		return nil, fmt.Errorf("iscsi: %w", err)
+	}
+	d := &Device{s: s, lun: lun, live: host.NewLive(lu, lu.Info(name, 1, s.depth), s.log), path: path}
 	d.aux = backstore.AlignedBuffer(len(s.slots)*auxStride+lu.BlockSize, 4096)
 	d.zero = d.aux[len(s.slots)*auxStride:]
 	if s.tr == iser.TransportISER {
@@ -141,6 +157,30 @@ func (d *Device) Refresh(ctx context.Context) error {
 	}
 	return nil
 }
+
+// AccessState implements blockdev.PathReporter: the ALUA state of the
+// path's target port group (blockdev.AccessUnknown when the LU reports no
+// ALUA). It is an atomic load.
+func (d *Device) AccessState() blockdev.AccessState { return d.path.AccessState() }
+
+// RefreshAccessState implements blockdev.PathReporter: it reads VPD page
+// 83h and REPORT TARGET PORT GROUPS now.
+func (d *Device) RefreshAccessState() (blockdev.AccessState, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d.s.cfg.CommandTimeout+5*time.Second)
+	defer cancel()
+	st, err := d.path.Refresh(ctx)
+	if err != nil {
+		return st, fmt.Errorf("iscsi: %w", err)
+	}
+	return st, nil
+}
+
+// DiskID implements blockdev.Identifier: the LU's NAA designator from VPD
+// page 83h as "naa." and hex (host.DeviceID.DiskID for the others).
+func (d *Device) DiskID() string { return d.path.DiskID() }
+
+// Path returns the device's ALUA path state.
+func (d *Device) Path() *host.Path { return d.path }
 
 // Done is closed when the session failed or was closed.
 func (d *Device) Done() <-chan struct{} { return d.s.dead }
@@ -242,6 +282,7 @@ func (d *Device) complete(sl *slot) {
 			// that this receive side opens.
 			sl.retries++
 			ua := host.ParseUnitAttention(st, sense)
+			d.path.UnitAttention(ua)
 			if ua == host.CapacityChanged {
 				// READ CAPACITY first, which needs a slot: this one
 				// goes back, and the request is submitted again on
@@ -254,7 +295,10 @@ func (d *Device) complete(sl *slot) {
 			go d.retry(sl, ua)
 			return
 		}
-		r.Err = host.NewStatusError("iscsi", host.IOName(sl.op), scsi.Status(sl.status), sl.sense[:sl.senseLen])
+		r.Err = host.NewStatusError("iscsi", host.IOName(sl.op), st, sense)
+		if as, ok := d.path.Failed(st, sense); ok {
+			r.Err = host.PathError(as, r.Err)
+		}
 	case sl.under && (sl.op == blockdev.OpRead || sl.op == blockdev.OpWrite):
 		r.Err = fmt.Errorf("iscsi %s: %d bytes short: %w", sl.op, sl.resid, blockdev.ErrIO)
 	default:
@@ -302,6 +346,7 @@ func (d *Device) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
+	d.path.Close()
 	if d.owned {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

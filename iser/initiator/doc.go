@@ -52,6 +52,13 @@
 // size (Device.Refresh re-reads it on demand: iSCSI has no event for it).
 // REPORTED LUNS DATA HAS CHANGED is logged and the command sent again.
 //
+// A Device is a blockdev.PathReporter and blockdev.Identifier (scsi/host's
+// Path): DiskID is the LU's NAA designator from VPD page 83h; AccessState
+// the ALUA state of the path's target port group from REPORT TARGET PORT
+// GROUPS, read again after ASYMMETRIC ACCESS STATE CHANGED and after a
+// command refused for it, which completes with a *blockdev.PathError
+// (blockdev.ErrPath) so a multipath layer goes on through another path.
+//
 // Any transport error or protocol violation, and a command without a
 // response for Config.CommandTimeout, fails the whole session (there is no
 // reconnect): requests in flight complete with an error matching

@@ -29,10 +29,18 @@ import (
 // saying so, READ CAPACITY(16) is read again and Info and LU describe the
 // new size; the command that reported it is sent again once the new size is
 // in, checked and built against it.
+//
+// It follows the path's ALUA state too (a host.Path: blockdev.PathReporter)
+// and tells the LU's identity (blockdev.Identifier): a command refused for
+// the path's asymmetric access state (NOT READY 04h/0Ah, 0Bh, 0Ch, 12h)
+// completes with a *blockdev.PathError (blockdev.ErrPath); that refusal,
+// an ASYMMETRIC ACCESS STATE CHANGED unit attention or an SRP_AER_REQ
+// saying so makes the Device read REPORT TARGET PORT GROUPS again.
 type Device struct {
 	s      *Session
 	lun    uint64
 	live   *host.Live
+	path   *host.Path
 	owned  bool
 	closed atomic.Bool
 
@@ -40,7 +48,11 @@ type Device struct {
 	zeroMR rdma.MR // zero, registered in the session's PD
 }
 
-var _ blockdev.Device = (*Device)(nil)
+var (
+	_ blockdev.Device       = (*Device)(nil)
+	_ blockdev.PathReporter = (*Device)(nil)
+	_ blockdev.Identifier   = (*Device)(nil)
+)
 
 var _ host.Runner = (*Session)(nil)
 
@@ -76,8 +88,12 @@ func (s *Session) Device(ctx context.Context, lun uint64) (*Device, error) {
 		u.Host = h
 		u.Port, _ = strconv.Atoi(p)
 	}
+	path, err := host.NewPath(ctx, s, lun, lu.Pages.Inquiry, s.log.With("device", u.String()))
+	if err != nil {
+		return nil, fmt.Errorf("srp: %w", err)
+	}
 	d := &Device{s: s, lun: lun, live: host.NewLive(lu, lu.Info(u.String(), len(s.chans), depth), s.log),
-		zero: backstore.AlignedBuffer(lu.BlockSize, 4096)}
+		path: path, zero: backstore.AlignedBuffer(lu.BlockSize, 4096)}
 	if d.zeroMR, err = s.pd.RegisterMemory(d.zero, rdma.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("srp: LUN %d: registering the zero block: %w", lun, err)
 	}
@@ -139,6 +155,30 @@ func (d *Device) Refresh(ctx context.Context) error {
 	return nil
 }
 
+// AccessState implements blockdev.PathReporter: the ALUA state of the
+// path's target port group (blockdev.AccessUnknown when the LU reports no
+// ALUA). It is an atomic load.
+func (d *Device) AccessState() blockdev.AccessState { return d.path.AccessState() }
+
+// RefreshAccessState implements blockdev.PathReporter: it reads VPD page
+// 83h and REPORT TARGET PORT GROUPS now.
+func (d *Device) RefreshAccessState() (blockdev.AccessState, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := d.path.Refresh(ctx)
+	if err != nil {
+		return st, fmt.Errorf("srp: %w", err)
+	}
+	return st, nil
+}
+
+// DiskID implements blockdev.Identifier: the LU's NAA designator from VPD
+// page 83h as "naa." and hex (host.DeviceID.DiskID for the others).
+func (d *Device) DiskID() string { return d.path.DiskID() }
+
+// Path returns the device's ALUA path state.
+func (d *Device) Path() *host.Path { return d.path }
+
 // AllocBuffer implements blockdev.Device.
 func (d *Device) AllocBuffer(size int) (blockdev.Buffer, error) { return d.s.AllocBuffer(size) }
 
@@ -149,6 +189,7 @@ func (d *Device) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
+	d.path.Close()
 	d.s.removeDevice(d)
 	var err error
 	if d.owned {
@@ -266,6 +307,19 @@ func (s *Session) capacityChanged(lun uint64) {
 	for _, d := range s.devs {
 		if d.lun == lun && !d.closed.Load() {
 			go d.live.UnitAttention(context.Background(), s, lun, host.CapacityChanged)
+		}
+	}
+}
+
+// aluaChanged reads the ALUA state of the open devices of LUN lun again (an
+// SRP_AER_REQ reported ASYMMETRIC ACCESS STATE CHANGED), each on its own
+// goroutine.
+func (s *Session) aluaChanged(lun uint64) {
+	s.devMu.Lock()
+	defer s.devMu.Unlock()
+	for _, d := range s.devs {
+		if d.lun == lun && !d.closed.Load() {
+			d.path.RefreshAsync()
 		}
 	}
 }

@@ -27,6 +27,13 @@
 // re-reads it on demand. REPORTED LUNS DATA HAS CHANGED is logged and the
 // command sent again.
 //
+// A Device is a blockdev.PathReporter and blockdev.Identifier (scsi/host's
+// Path): DiskID is the LU's NAA designator from VPD page 83h; AccessState
+// the ALUA state of the path's target port group from REPORT TARGET PORT
+// GROUPS, read again after ASYMMETRIC ACCESS STATE CHANGED (a unit
+// attention or an SRP_AER_REQ) and after a command refused for it, which
+// completes with a *blockdev.PathError (blockdev.ErrPath).
+//
 // Session and Device methods are safe for concurrent use; completion
 // callbacks run on the channel's goroutine (or, for a request sent again
 // after a capacity change, on the goroutine that re-read it).

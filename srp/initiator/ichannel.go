@@ -249,8 +249,11 @@ func (ch *ichannel) Recv(m rdmaq.Msg) error {
 		ch.aerCount.Add(1)
 		ch.q.AddCredits(f.ReqLimDelta)
 		lun, _ := scsi.DecodeLUN(f.LUN)
-		if host.ParseUnitAttention(scsi.StatusCheckCondition, sense) == host.CapacityChanged {
+		switch host.ParseUnitAttention(scsi.StatusCheckCondition, sense) {
+		case host.CapacityChanged:
 			ch.s.capacityChanged(lun)
+		case host.ALUAChanged:
+			ch.s.aluaChanged(lun)
 		}
 		if h := ch.s.cfg.OnAER; h != nil {
 			h(lun, append([]byte(nil), sense...))
@@ -309,7 +312,9 @@ func (ch *ichannel) onRsp(b []byte) error {
 		x.respCode = int(rd[3])
 	}
 	if st, sense := scsi.Status(x.status), x.sense[:x.senseLen]; x.kind == kindIO && host.Retry(st, sense, x.retries) {
-		switch host.ParseUnitAttention(st, sense) {
+		ua := host.ParseUnitAttention(st, sense)
+		x.dev.path.UnitAttention(ua)
+		switch ua {
 		case host.CapacityChanged:
 			// The capacity must be re-read first, and this goroutine
 			// cannot wait for READ CAPACITY: the slot completes
@@ -350,6 +355,11 @@ func (ch *ichannel) Complete(sl *islot) {
 			return
 		}
 		r.Err = result(sl)
+		if sl.Err == nil && scsi.Status(x.status) == scsi.StatusCheckCondition {
+			if as, ok := x.dev.path.Failed(scsi.StatusCheckCondition, x.sense[:x.senseLen]); ok {
+				r.Err = host.PathError(as, r.Err)
+			}
+		}
 		r.Completed = time.Now()
 		ch.release(sl, false)
 		blockdev.Complete(r)
