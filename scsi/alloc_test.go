@@ -55,3 +55,37 @@ func TestNoAllocations(t *testing.T) {
 		}
 	}
 }
+
+// TestNoAllocationsALUA: the asymmetric access state check of a session
+// in a configured port group (an active one reading, a standby one
+// refused) allocates nothing per command. Not parallel, as
+// TestNoAllocations.
+func TestNoAllocationsALUA(t *testing.T) {
+	f, p2 := aluaFixture(t, LUConfig{})
+	if err := f.tgt.SetPortGroupState(1, ALUAActiveNonOptimized); err != nil {
+		t.Fatal(err)
+	}
+	clearUA(t, f.s1, 0)
+	// p2 is in standby: REQUEST SENSE takes its unit attention.
+	good(t, in(p2, []byte{OpRequestSense, 0, 0, 0, 252, 0}, 252))
+	buf := make([]byte, 4096)
+	sense := make([]byte, SenseBufferLen)
+	r10 := rw10(OpRead10, 8, 8, 0)
+	c := &Command{}
+	for _, tc := range []struct {
+		name string
+		s    *Session
+		want Status
+	}{{"non-optimized READ", f.s1, StatusGood}, {"standby READ", p2, StatusCheckCondition}} {
+		n := testing.AllocsPerRun(200, func() {
+			*c = Command{CDB: r10, Dir: DirIn, ExpectedLength: 8 * testBS, DataIn: buf, Sense: sense}
+			tc.s.Execute(c)
+		})
+		if c.Status != tc.want {
+			t.Fatalf("%s: %v", tc.name, c.Status)
+		}
+		if n != 0 {
+			t.Errorf("%s: %v allocations per command", tc.name, n)
+		}
+	}
+}
