@@ -3,6 +3,7 @@ module github.com/rdisk/rdisk
 go 1.26.0
 
 require (
+	github.com/ceph/go-ceph v0.34.0
 	github.com/dswarbrick/smart v0.0.0-20230625164221-6fe037e2b05f
 	github.com/google/go-cmp v0.7.0
 	github.com/hanwen/go-fuse/v2 v2.12.1
