@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -22,24 +23,19 @@ func (d *Daemon) connectMultipath(ctx context.Context, e *entry, spec ConnectSpe
 		return err
 	}
 	lossTimeout := cfg.LossTimeout
+	if cfg.ReconnectDelay <= 0 {
+		cfg.ReconnectDelay = DefaultReconnectDelay
+	}
 	e.urls, e.policy = urls, policy.String()
 	e.paths, e.connecting = map[string]*Session{}, map[string]error{}
 	pcfg := func(i int) SessionConfig {
-		c := cfg
-		c.URL, c.Dial, c.FailFast = urls[i], dials[i], true
-		// A path reconnects for as long as the session lives (multipathd's
-		// path checker): the multipath device bounds how long I/O waits.
-		c.LossTimeout = -1
-		c.Logger = d.log.With("session", e.name, "path", urls[i])
-		return c
+		return pathSession(cfg, urls[i], dials[i], d.log.With("session", e.name, "path", urls[i]))
 	}
-	sessions := make([]*Session, len(urls))
-	errs := make([]error, len(urls))
-	var wg sync.WaitGroup
+	cfgs := make([]SessionConfig, len(urls))
 	for i := range urls {
-		wg.Go(func() { sessions[i], errs[i] = NewSession(ctx, pcfg(i)) })
+		cfgs[i] = pcfg(i)
 	}
-	wg.Wait()
+	sessions, errs := connectPaths(ctx, cfgs)
 	var paths []multipath.Path
 	var failed []error
 	for i, s := range sessions {
@@ -74,6 +70,98 @@ func (d *Daemon) connectMultipath(ctx context.Context, e *entry, spec ConnectSpe
 		}
 	}
 	return nil
+}
+
+// pathSession is the configuration of a path session of a multipath
+// device: fail-fast, and reconnecting for as long as it lives (multipathd's
+// path checker): the multipath device bounds how long I/O waits.
+func pathSession(base SessionConfig, url string, dial Dialer, log *slog.Logger) SessionConfig {
+	c := base
+	c.URL, c.Dial, c.FailFast, c.LossTimeout, c.Logger = url, dial, true, -1, log
+	return c
+}
+
+// connectPaths makes the sessions at once; a nil session has its error.
+func connectPaths(ctx context.Context, cfgs []SessionConfig) ([]*Session, []error) {
+	sessions := make([]*Session, len(cfgs))
+	errs := make([]error, len(cfgs))
+	var wg sync.WaitGroup
+	for i := range cfgs {
+		wg.Go(func() { sessions[i], errs[i] = NewSession(ctx, cfgs[i]) })
+	}
+	wg.Wait()
+	return sessions, errs
+}
+
+// MultipathConfig describes a multipath device for tools that open a disk
+// without the daemon (`rdisk bench`, `rdisk cp`): a fail-fast session per
+// URL under a multipath.Device. Zero durations take the defaults of
+// SessionConfig and multipath.Config.
+type MultipathConfig struct {
+	// Name is the device's name [the first URL].
+	Name string
+	URLs []string
+	// Dialers open the URLs by scheme.
+	Dialers Dialers
+	Policy  multipath.Policy
+	// LossTimeout bounds how long I/O waits while no path is usable
+	// [60 s]; negative waits forever.
+	LossTimeout time.Duration
+	// ReconnectDelay and ConnectTimeout are the path sessions' (which
+	// reconnect for as long as the device lives).
+	ReconnectDelay, ConnectTimeout time.Duration
+	// RecheckInterval is how often unusable paths' states are re-read
+	// [the reconnect delay].
+	RecheckInterval time.Duration
+	Logger          *slog.Logger
+}
+
+// DialMultipath connects every URL at once, each as a fail-fast session,
+// and returns a multipath device over them. It fails, closing what it
+// opened, when a URL does not connect or the paths reach different disks
+// (a tool wants every path it names; the daemon instead retries a path that
+// does not connect).
+func DialMultipath(ctx context.Context, cfg MultipathConfig) (*multipath.Device, error) {
+	if len(cfg.URLs) == 0 {
+		return nil, errors.New("initiator: multipath without URLs")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ReconnectDelay <= 0 {
+		cfg.ReconnectDelay = DefaultReconnectDelay
+	}
+	base := SessionConfig{ReconnectDelay: cfg.ReconnectDelay, ConnectTimeout: cfg.ConnectTimeout}
+	cfgs := make([]SessionConfig, len(cfg.URLs))
+	for i, u := range cfg.URLs {
+		dial, _, err := cfg.Dialers.Lookup(u)
+		if err != nil {
+			return nil, err
+		}
+		cfgs[i] = pathSession(base, u, dial, cfg.Logger.With("path", u))
+	}
+	sessions, errs := connectPaths(ctx, cfgs)
+	var paths []multipath.Path
+	var failed []error
+	for i, s := range sessions {
+		if s == nil {
+			failed = append(failed, fmt.Errorf("connecting to %s: %w", cfg.URLs[i], errs[i]))
+			continue
+		}
+		paths = append(paths, multipath.Path{Name: cfg.URLs[i], Dev: s})
+	}
+	if len(failed) > 0 {
+		for _, p := range paths {
+			p.Dev.Close()
+		}
+		return nil, errors.Join(failed...)
+	}
+	recheck := cfg.RecheckInterval
+	if recheck <= 0 {
+		recheck = cfg.ReconnectDelay
+	}
+	return multipath.New(multipath.Config{Name: cfg.Name, Paths: paths, Policy: cfg.Policy, LossTimeout: cfg.LossTimeout,
+		RecheckInterval: recheck, Logger: cfg.Logger})
 }
 
 // addPathLater connects a path whose first connection failed, every

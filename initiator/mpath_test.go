@@ -197,3 +197,37 @@ func TestControlSingleURLCompatible(t *testing.T) {
 		t.Errorf("multipath connect: %v", err)
 	}
 }
+
+// DialMultipath opens every path or none.
+func TestDialMultipath(t *testing.T) {
+	t.Parallel()
+	fa, fb := twoTargets(t, blockdevtest.MemConfig{Size: 1 << 20})
+	dialers := Dialers{"fake": hostDialer(map[string]*fakeTarget{"a": fa, "b": fb})}
+	urls := []string{"fake://a/disk", "fake://b/disk"}
+	mp, err := DialMultipath(t.Context(), MultipathConfig{URLs: urls, Dialers: dialers, ReconnectDelay: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := blockdev.WriteAt(mp, make([]byte, 8192), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pi := mp.Paths(); len(pi) != 2 || pi[0].Completed != 1 || pi[1].Completed != 1 {
+		t.Errorf("paths %+v: want one write on each", pi)
+	}
+	if mp.Info().Name != urls[0] {
+		t.Errorf("name %q", mp.Info().Name)
+	}
+	mp.Close()
+	if n, m := liveConns(fa), liveConns(fb); n != 0 || m != 0 {
+		t.Errorf("connections left after Close: %d, %d", n, m)
+	}
+	fb.setDown(true)
+	if _, err := DialMultipath(t.Context(), MultipathConfig{URLs: urls, Dialers: dialers}); err == nil || !strings.Contains(err.Error(), "fake://b/disk") {
+		t.Errorf("DialMultipath with b down: %v", err)
+	}
+	if n := liveConns(fa); n != 0 {
+		t.Errorf("%d connections to a left after a failed DialMultipath", n)
+	}
+}
