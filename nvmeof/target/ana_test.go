@@ -358,3 +358,34 @@ func TestBackstoreErrorStatus(t *testing.T) {
 		t.Fatalf("write to a fenced disk: %v", err)
 	}
 }
+
+// TestANATransitionPolled: a host that gets no ANA notices (it disabled
+// them) learns of a transition from a failed I/O, and of its end by
+// reading the log again while the group is in change.
+func TestANATransitionPolled(t *testing.T) {
+	t.Parallel()
+	tg, sub := anaTarget(t, Config{ANATransitionTime: time.Second}, TransportTCP)
+	p := anaPort(t, tg, sub, 1, TransportTCP, nil)
+	ns, _, pat := anaHost(t, TransportTCP, p.Addr().String())
+	if _, err := ns.Controller().SetFeatures(context.Background(), nvmeof.FeatAsyncEventConfig, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetANAState(1, nvmeof.ANAChange); err != nil {
+		t.Fatal(err)
+	}
+	if a := ns.AccessState(); a != blockdev.AccessOptimized {
+		t.Fatalf("access state %v before any I/O, want the old one (no notice)", a)
+	}
+	readsAs(t, ns, pat, blockdev.AccessTransitioning, "in change")
+	// Let the host's re-read after the failure find the group in change
+	// (and poll it a few times); only its polling can see the end then.
+	time.Sleep(300 * time.Millisecond)
+	if a := ns.AccessState(); a != blockdev.AccessTransitioning {
+		t.Fatalf("access state %v while in change", a)
+	}
+	if err := p.SetANAState(1, nvmeof.ANAOptimized); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "optimized again", func() bool { return ns.AccessState() == blockdev.AccessOptimized })
+	readsAs(t, ns, pat, blockdev.AccessUnknown, "optimized again")
+}
