@@ -155,12 +155,18 @@ func ParseTargetPortGroups(b []byte) (TargetPortGroups, error) {
 	if len(b) < 4 {
 		return t, fmt.Errorf("%s: %d bytes: %w", NameRTPG, len(b), ErrShortData)
 	}
-	t.Length = 4 + uint64(binary.BigEndian.Uint32(b[0:4]))
+	rdl := uint64(binary.BigEndian.Uint32(b[0:4]))
+	t.Length = 4 + rdl
 	end := int(min(t.Length, uint64(len(b))))
 	p := 4
-	if end >= 8 && b[4]&0x70 == 0x10 {
+	if len(b) >= 8 && b[4]&0x70 == 0x10 {
 		t.Extended, t.ImplicitTransitionSecs = true, b[5]
 		p = 8
+		// LIO's target_emulate_report_target_port_groups counts only
+		// the descriptors in RETURN DATA LENGTH, leaving out bytes 4-7
+		// of the extended header: take the descriptors that arrived
+		// up to 8+rdl.
+		end = int(min(8+rdl, uint64(len(b))))
 	}
 	for p+8 <= end {
 		n := int(b[p+7])

@@ -95,6 +95,11 @@ func TestParseTargetPortGroups(t *testing.T) {
 	if err != nil || tpg.Length != 32 || len(tpg.Groups) != 1 {
 		t.Errorf("truncated: %+v %v", tpg, err)
 	}
+	// LIO's extended header counts only the descriptors.
+	lio := unhex(t, "00000018 10 00 0000 00 cf 000a 00 00 00 01 00000001 00 cf 000b 00 00 00 01 00000002")
+	if tpg, err := ParseTargetPortGroups(lio); err != nil || len(tpg.Groups) != 2 || tpg.Groups[1].ID != 11 {
+		t.Errorf("LIO's extended header: %+v %v", tpg, err)
+	}
 	if _, err := ParseTargetPortGroups([]byte{0, 0}); !errors.Is(err, ErrShortData) {
 		t.Errorf("2 bytes: %v", err)
 	}
