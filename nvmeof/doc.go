@@ -3,7 +3,9 @@
 // variants, 16-byte completion queue entries (CQEs), SGL descriptors, the
 // Fabrics commands and the 1024-byte Connect data, the NVMe/RDMA connection
 // manager private data, Identify data structures, log pages (including the
-// discovery log) and the controller properties (CAP, VS, CC, CSTS).
+// discovery log and the Asymmetric Namespace Access log, with the ANA
+// states and their path related statuses) and the controller properties
+// (CAP, VS, CC, CSTS).
 //
 // The layouts follow the NVM Express Base Specification, the NVMe over
 // Fabrics Specification and its RDMA transport binding, cross-checked against

@@ -37,6 +37,19 @@
 // Discover does the same with the discovery subsystem and reads its log,
 // re-reading it while its generation counter moves.
 //
+// # Asymmetric Namespace Access
+//
+// When Identify Controller reports ANA (CMIC bit 3) and the log page sized
+// from NANAGRPID and MNAN fits the transfer limit (Linux
+// nvme_mpath_init_identify), the host reads the ANA log at connect, on
+// every ANA Change notice, after an I/O failed with an ANA status, and
+// again every ANATT/10 while a group is in change. Each Namespace keeps
+// its state (blockdev.PathReporter: AccessState, RefreshAccessState) and
+// its identity (blockdev.Identifier: DiskID, the subsystem NQN with the
+// NGUID, EUI-64 or UUID). A request that fails with a path related status
+// (status code type 3h) completes with a *blockdev.PathError, which
+// matches blockdev.ErrPath, for a multipath layer to try another path.
+//
 // # Authentication
 //
 // DH-HMAC-CHAP (package nvmeof/auth) runs as in Linux

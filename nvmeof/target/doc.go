@@ -27,6 +27,29 @@
 // implicit MR), completions by Send, with Invalidate of the host's key
 // when the SGL asks for it.
 //
+// Several targets may export one disk as gateways of one subsystem (the
+// same NQN and namespace identifiers, distinct CntlIDMin..CntlIDMax), with
+// hosts multipathing across them by Asymmetric Namespace Access (ana.go),
+// as nvmet does: each namespace is in an ANA group
+// (NamespaceConfig.ANAGroupID, group 1 by default), each port gives each
+// group a state (PortConfig.ANAGroups, Port.SetANAState: group 1 optimized
+// unless set, a group the port lacks inaccessible), Identify Controller
+// reports ANA (CMIC, ANACAP, ANATT from Config.ANATransitionTime,
+// ANAGRPMAX and NANAGRPID 128) so that Linux enables native multipath,
+// the ANA log (LID 0Ch, RGO too) gives the states on the controller's
+// port, a change sends an ANA Change notice to the controllers concerned,
+// and I/O to a namespace whose group is inaccessible, persistent-loss or
+// changing on the port fails with ANA Inaccessible, ANA Persistent Loss or
+// ANA Transition (DNR clear: the host goes to another path). A disk that
+// reports it was fenced off its store (backstore.ErrFenced) fails I/O with
+// Internal Path Error, another path related status.
+//
+// On a disk that implements backstore.AsyncDisk (a network store), Reads,
+// Writes, Flushes, Write Zeroes and deallocations are started with Start
+// on the queue goroutine and answered from the disk's Done (async.go), so
+// one queue keeps its whole depth in flight; queue teardown waits for
+// them.
+//
 // A running target is inspected and changed live (manage.go), as nvmet's
 // configfs allows: Target.Controllers lists the controllers with their
 // queues and I/O counters; DeleteController, RemovePort,
