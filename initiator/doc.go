@@ -27,12 +27,39 @@
 // BufferRegistrar, otherwise the data is bounced through a buffer of the
 // new device (a copy per request, only after a reconnect).
 //
+// # Paths of a multipath device
+//
+// With SessionConfig.FailFast a session is one path of a multipath device
+// (package initiator/multipath): on a connection loss its requests fail at
+// once with a *PathDownError (matching blockdev.ErrPath and
+// blockdev.ErrClosed), so the multipath device sends them on another path,
+// and it refuses new ones until it reconnected, in the background. Every
+// session implements blockdev.PathReporter (its connection state combined
+// with its device's ANA/ALUA state: transitioning while reconnecting,
+// persistent loss once failed or closed), blockdev.Identifier (its first
+// connection's disk identity; a reconnection to another disk fails the
+// session) and BufferRegistrar (caller memory, registered with each
+// connection or bounced). DialMultipath makes a multipath device over
+// fail-fast sessions for tools; the daemon does it for a connect with
+// several URLs.
+//
 // # Daemon and control protocol
 //
 // A Daemon holds named sessions with their exports. `rdisk connect` and
 // friends talk to it over a unix socket (ListenControl makes it 0600 in a
 // 0700 directory, and the daemon checks SO_PEERCRED): one JSON Request line
 // in, one JSON Response line out, per connection.
+//
+// A ConnectSpec with several URLs (URLs, and URL when set) makes a
+// multipath session: a fail-fast session per URL, reconnecting for as long
+// as the session lives, under a multipath.Device whose requests wait at
+// most the loss timeout for a usable path. Paths that do not connect at
+// first are retried every reconnect delay and join when they connect (a
+// path to another disk is refused). SessionInfo.Paths shows each path's
+// state, access state and counters; the session's state is "live" (every
+// path serves), "degraded" (some do), "reconnecting" (none does: I/O
+// waits) or "failed" (I/O fails for want of a path). A single URL makes a
+// plain session, and its JSON is what it was.
 //
 // # Metrics and stopping
 //
