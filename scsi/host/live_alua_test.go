@@ -181,3 +181,82 @@ func TestLiveALUA(t *testing.T) {
 		})
 	}
 }
+
+// TestLiveALUATwoGateways: two iSCSI gateways (portal groups 1 and 2, each
+// its own target) export one LU; each reports both groups. The host's two
+// paths name the same disk and take their own group's state; a failover
+// (group 1 standby, group 2 optimized, set on both gateways as the daemon
+// does) moves I/O to the second path.
+func TestLiveALUATwoGateways(t *testing.T) {
+	t.Parallel()
+	lu, err := scsi.NewLU(newLocked(t, 1<<20, 512), scsi.LUConfig{Name: "image0", NoReservations: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := []scsi.PortGroupConfig{
+		{ID: 1, State: scsi.ALUAActiveOptimized, Ports: []uint16{1}},
+		{ID: 2, State: scsi.ALUAActiveNonOptimized, Ports: []uint16{2}},
+	}
+	var gws []*isertarget.Target
+	var devs []*iserinit.Device
+	for tpgt := uint16(1); tpgt <= 2; tpgt++ {
+		tg, err := isertarget.New(isertarget.Config{
+			Targets:        []isertarget.TargetConfig{{Name: testIQN, LUNs: []isertarget.LUNConfig{{LUN: 0, Unit: lu}}, PortGroups: groups}},
+			Logger:         slog.New(slog.DiscardHandler),
+			PortalGroupTag: tpgt,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- tg.Serve(context.Background(), ln) }()
+		t.Cleanup(func() {
+			tg.Close()
+			if err := <-done; err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		})
+		h, port, _ := net.SplitHostPort(ln.Addr().String())
+		n, _ := strconv.Atoi(port)
+		d, err := iserinit.Open(ctx(t), iserinit.URL{Transport: iser.TransportTCP, Host: h, Port: n, Target: testIQN},
+			iserinit.Config{InitiatorName: testInitiator, MaxTransfer: initiatorMaxTransfer, CommandTimeout: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		gws, devs = append(gws, tg), append(devs, d)
+	}
+	if devs[0].DiskID() == "" || devs[0].DiskID() != devs[1].DiskID() {
+		t.Fatalf("disk IDs %q and %q", devs[0].DiskID(), devs[1].DiskID())
+	}
+	if a, b := devs[0].AccessState(), devs[1].AccessState(); a != blockdev.AccessOptimized || b != blockdev.AccessNonOptimized {
+		t.Fatalf("states %v %v, want optimized, non-optimized", a, b)
+	}
+	if id := devs[1].Path().DeviceID(); id.RelativeTargetPort != 2 || id.PortGroup != 2 {
+		t.Errorf("second path: port %d group %d", id.RelativeTargetPort, id.PortGroup)
+	}
+	for _, g := range gws {
+		if err := g.SetPortGroupState(testIQN, 1, scsi.ALUAStandby); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.SetPortGroupState(testIQN, 2, scsi.ALUAActiveOptimized); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, 4096)
+	copy(buf, "through gateway 2")
+	if _, err := blockdev.WriteAt(devs[0], buf, 0); !errors.Is(err, blockdev.ErrPath) {
+		t.Fatalf("write through gateway 1: %v, want ErrPath", err)
+	}
+	if _, err := blockdev.WriteAt(devs[1], buf, 0); err != nil {
+		t.Fatalf("write through gateway 2: %v", err)
+	}
+	waitState(t, devs[1], blockdev.AccessOptimized)
+	if st, err := devs[0].RefreshAccessState(); err != nil || st != blockdev.AccessInaccessible {
+		t.Errorf("gateway 1 path: %v %v", st, err)
+	}
+}
