@@ -193,3 +193,60 @@ func TestMultipathOverSessions(t *testing.T) {
 		t.Error("no I/O on path a after it came back")
 	}
 }
+
+// memDialer dials a fresh view of one Mem: a device that allocates nothing
+// per I/O.
+func memDialer(m *blockdevtest.Mem) Dialer {
+	return func(context.Context, string) (blockdev.Device, error) { return m, nil }
+}
+
+// Steady-state I/O through a fail-fast session, and through a multipath
+// device over two of them, allocates nothing.
+func TestSessionAndMultipathAllocs(t *testing.T) {
+	m, err := blockdevtest.NewMem(blockdevtest.MemConfig{Size: 1 << 20, Queues: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var devs []blockdev.Device
+	var paths []multipath.Path
+	for _, name := range []string{"fake://a", "fake://b"} {
+		s, err := NewSession(context.Background(), SessionConfig{URL: name, Dial: memDialer(m), FailFast: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, multipath.Path{Name: name, Dev: s})
+	}
+	devs = append(devs, paths[0].Dev)
+	mp, err := multipath.New(multipath.Config{Paths: paths})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mp.Close()
+	devs = append(devs, mp)
+	for _, d := range devs {
+		buf, err := d.AllocBuffer(4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := make(chan *blockdev.Request, 1)
+		w := &blockdev.Request{Op: blockdev.OpWrite, Length: 4096, Buf: buf, C: ch}
+		r := &blockdev.Request{Op: blockdev.OpRead, Length: 4096, Buf: buf, C: ch}
+		f := &blockdev.Request{Op: blockdev.OpFlush, C: ch}
+		run := func() {
+			for _, q := range []*blockdev.Request{w, r, w, r, f} {
+				if err := d.Submit(q); err != nil {
+					t.Fatal(err)
+				}
+				if got := <-ch; got.Err != nil {
+					t.Fatal(got.Err)
+				}
+			}
+		}
+		run() // per-path buffers made
+		if n := testing.AllocsPerRun(200, run); n != 0 {
+			t.Errorf("%T: %v allocations per run of 5 requests, want 0", d, n)
+		}
+		buf.Release()
+	}
+}
