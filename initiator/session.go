@@ -115,6 +115,11 @@ func (e *PathDownError) Unwrap() []error {
 	return []error{e.Err, blockdev.ErrPath, blockdev.ErrClosed, blockdev.ErrIO}
 }
 
+func isPathDown(err error) bool {
+	var pd *PathDownError
+	return errors.As(err, &pd)
+}
+
 // BufferRegistrar is an optional capability of a device: registering
 // memory the caller owns. A session uses it after a reconnect so that the
 // buffers its frontends hold stay zero-copy on the new connection; without
@@ -481,7 +486,9 @@ func (s *Session) complete(in *inner, err error) {
 	}
 	switch {
 	case err != nil:
-		if s.errs.Add(1) <= 10 {
+		// A fail-fast session's path failures are its multipath device's
+		// to report (it fails the requests over): counted, not logged.
+		if s.errs.Add(1) <= 10 && !(s.cfg.FailFast && isPathDown(err)) {
 			s.log.Warn("session: I/O error", "url", s.cfg.URL, "op", q.Op, "offset", q.Offset, "length", q.Length, "err", err)
 		}
 	case q.Op == blockdev.OpRead:
