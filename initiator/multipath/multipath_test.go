@@ -275,9 +275,10 @@ func checkUnits(t *testing.T, d blockdev.Device, last []uint64, size int) {
 func TestFailoverMidLoad(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name string
-		mode int32
-	}{{"ana", modePath}, {"connection", modeDown}} {
+		name  string
+		mode  int32
+		stale bool // the device keeps reporting optimized while it refuses
+	}{{"ana", modePath, false}, {"ana-stale-state", modePath, true}, {"connection", modeDown, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			st := newStore(4 << 20)
@@ -289,7 +290,7 @@ func TestFailoverMidLoad(t *testing.T) {
 				switch i {
 				case 200:
 					a.setMode(tc.mode)
-					if tc.mode == modePath {
+					if tc.mode == modePath && !tc.stale {
 						a.setAccess(blockdev.AccessInaccessible)
 					}
 				case 400:
@@ -705,5 +706,32 @@ func TestCloseWhileWaiting(t *testing.T) {
 	}
 	if err := d.Submit(&r); !errors.Is(err, blockdev.ErrClosed) {
 		t.Errorf("Submit after Close: %v", err)
+	}
+}
+
+// A flush that a written path fails (a media error) fails, and the next
+// flush tries that path again.
+func TestFlushErrorRetriedNextTime(t *testing.T) {
+	t.Parallel()
+	st := newStore(1 << 20)
+	a := newFake(t, st, "a", fakeOpts{})
+	b := newFake(t, st, "b", fakeOpts{})
+	d := newDev(t, Config{}, a, b)
+	for range 2 { // one write on each path
+		if _, err := blockdev.WriteAt(d, make([]byte, 512), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.setMode(modeIOError)
+	if err := blockdev.Flush(d); !errors.Is(err, errFakeIO) {
+		t.Fatalf("flush with a failing: %v, want its error", err)
+	}
+	a.setMode(modeOK)
+	before := flushes(a, b)
+	if err := blockdev.Flush(d); err != nil {
+		t.Fatal(err)
+	}
+	if after := flushes(a, b); after[0] != before[0]+1 || after[1] != before[1] {
+		t.Errorf("flushes %v -> %v: want the next flush on a only", before, after)
 	}
 }
