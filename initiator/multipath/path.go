@@ -146,9 +146,9 @@ func (d *Device) pathFailed(p *path, err error) {
 	d.lastErr = fmt.Errorf("path %s: %w", p.name, err)
 	d.mu.Unlock()
 	d.log.Warn("multipath: path failed; failing over", "name", d.cfg.Name, "path", p.name, "state", to, "err", err, "usable", d.Usable())
-	if to == stPending {
-		p.lastRefresh.Store(0) // re-read its state at once
-	}
+	// The supervisor re-reads a pending path's state at once, unless it
+	// did within RecheckInterval (a device that keeps refusing while
+	// reporting a usable state is asked once per interval).
 	d.poke()
 }
 
