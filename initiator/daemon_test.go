@@ -209,6 +209,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"op":"disconnect","name":"d1","force":true}`))
 	f.Add([]byte(`{"op":"disconnect","all":true}`))
 	f.Add([]byte(`{"op":"connect","connect":{"url":"x://y","nbd":["tcp:[::1]:1"]}}`))
+	f.Add([]byte(`{"op":"connect","connect":{"url":"","urls":["nvme://a/n","iser://b/n/0"],"policy":"queue-depth","name":"mp"}}`))
+	f.Add([]byte(`{"op":"connect","connect":{"url":"nvme://a/n","urls":["nvme://b/n"]}}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		req, err := DecodeRequest(bytes.NewReader(in))
 		if err != nil {
