@@ -74,7 +74,7 @@ type Image struct {
 	watchStop   chan struct{}
 	watchFn     atomic.Pointer[func(int64)]
 
-	syncPool sync.Pool // *syncReq
+	syncReqs chan *syncReq // idle synchronous requests (a free list: sync.Pool drops items at GC and under -race)
 
 	healthMu   sync.Mutex
 	healthAt   time.Time
@@ -126,12 +126,18 @@ func (s *slot) ensureIov(n int) {
 
 // syncReq is a pooled synchronous request: Start and wait.
 type syncReq struct {
-	io   backstore.AsyncIO
-	one  [1][]byte
-	ch   chan struct{}
-	caw  bool
-	cmp  []byte
-	miss int64
+	io  backstore.AsyncIO
+	one [1][]byte
+	ch  chan struct{}
+}
+
+// syncReqsKept is how many idle synchronous requests an image keeps.
+const syncReqsKept = 256
+
+func newSyncReq() *syncReq {
+	r := &syncReq{ch: make(chan struct{}, 1)}
+	r.io.Done = func(*backstore.AsyncIO) { r.ch <- struct{}{} }
+	return r
 }
 
 // Open connects to the cluster, opens the image and starts serving it.
@@ -158,12 +164,7 @@ func Open(cfg Config, log *slog.Logger) (*Image, error) {
 	im.done = make(chan *slot, cfg.MaxInFlight)
 	im.watchKick = make(chan struct{}, 1)
 	im.watchStop = make(chan struct{})
-	im.syncPool.New = func() any {
-		r := &syncReq{ch: make(chan struct{}, 1)}
-		r.io.Done = func(*backstore.AsyncIO) { r.ch <- struct{}{} }
-		r.io.Ctx = r
-		return r
-	}
+	im.syncReqs = make(chan *syncReq, syncReqsKept)
 	for range completers {
 		im.wg.Add(1)
 		go im.completer()
@@ -619,8 +620,7 @@ func (im *Image) finish(s *slot) {
 	case s.op == backstore.AsyncRead && s.ret != s.n:
 		err = &Error{Step: "read (short: " + strconv.FormatInt(s.ret, 10) + " bytes)", Image: im.name, Off: io.Off, Len: s.n, Errno: syscall.EIO}
 	}
-	var miscompare *MiscompareError
-	failed := err != nil && !errors.As(err, &miscompare)
+	failed := err != nil && !(s.op == opCompareAndWrite && s.ret == -int64(syscall.EILSEQ))
 	im.st.counters(s.op).done(s.n, im.st.now()-s.start, failed)
 	im.st.inFlight.Add(-1)
 	im.putSlot(s)
@@ -653,7 +653,12 @@ func (e *MiscompareError) Is(target error) bool { return target == ErrMiscompare
 
 // do runs io synchronously through Start.
 func (im *Image) do(op backstore.AsyncOp, bufs [][]byte, p []byte, off, n int64, flags backstore.WriteFlags, cmp []byte) (int64, error) {
-	r := im.syncPool.Get().(*syncReq)
+	var r *syncReq
+	select {
+	case r = <-im.syncReqs:
+	default:
+		r = newSyncReq()
+	}
 	r.io.Op, r.io.Off, r.io.Len, r.io.Flags, r.io.Err = op, off, n, flags, nil
 	if bufs != nil {
 		r.io.Bufs = bufs
@@ -667,12 +672,14 @@ func (im *Image) do(op backstore.AsyncOp, bufs [][]byte, p []byte, off, n int64,
 		err = r.io.Err
 	}
 	var miss int64 = -1
-	var me *MiscompareError
-	if errors.As(err, &me) {
+	if me, ok := err.(*MiscompareError); ok {
 		miss = me.Off
 	}
 	r.one[0], r.io.Bufs, r.io.Err = nil, nil, nil
-	im.syncPool.Put(r)
+	select {
+	case im.syncReqs <- r:
+	default:
+	}
 	return miss, err
 }
 

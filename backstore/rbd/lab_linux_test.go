@@ -79,7 +79,15 @@ func (l *lab) stop() { exec.Command(labScript(), "stop", l.dir).Run() }
 // getLab returns the shared cluster, skipping the test without ceph.
 func getLab(t testing.TB) *lab {
 	t.Helper()
-	labs.once.Do(func() { labs.lab = startLab() })
+	labs.once.Do(func() {
+		// RDISK_TEST_CEPH_CONF: use a running cluster (pool "rbd") instead,
+		// e.g. to compare the benchmarks with rbd bench on one cluster.
+		if conf := os.Getenv("RDISK_TEST_CEPH_CONF"); conf != "" {
+			labs.lab = &lab{conf: conf}
+			return
+		}
+		labs.lab = startLab()
+	})
 	return checkLab(t, labs.lab)
 }
 
