@@ -65,6 +65,8 @@ type AsyncDisk interface {
 	// io is refused up front (bad range or operation, read-only, closed,
 	// unsupported); otherwise Done is called exactly once, on a goroutine
 	// of the disk and never inside Start. The buffers belong to the disk
-	// until Done.
+	// until Done. Done may call Start again with the same io (the next
+	// range of a multi-range deallocation): the disk holds nothing of io
+	// across the call to Done.
 	Start(io *AsyncIO) error
 }

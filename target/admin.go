@@ -159,6 +159,40 @@ func (r *Running) AdminHandler(reload func() (*Changes, error), log *slog.Logger
 		return r.UnlinkSubsystem(id, nqn(req))
 	}))
 
+	grp := func(req *http.Request) (uint32, error) {
+		g, err := pathNumber(req, "grpid", "ANA group", 32)
+		return uint32(g), err
+	}
+	change("PUT /v1/ports/{id}/ana_groups/{grpid}", withBody(func(req *http.Request, s StateRequest) (*Changes, error) {
+		return withPort(func(req *http.Request, id uint16) (*Changes, error) {
+			g, err := grp(req)
+			if err != nil {
+				return nil, err
+			}
+			return r.SetANAState(id, g, s.State)
+		})(req)
+	}))
+	change("DELETE /v1/ports/{id}/ana_groups/{grpid}", withPort(func(req *http.Request, id uint16) (*Changes, error) {
+		g, err := grp(req)
+		if err != nil {
+			return nil, err
+		}
+		return r.RemoveANAGroup(id, g)
+	}))
+	change("PUT /v1/subsystems/{nqn}/namespaces/{nsid}/ana_group", withBody(func(req *http.Request, g GroupRequest) (*Changes, error) {
+		return withNSID(func(nqn string, nsid uint32) (*Changes, error) { return r.SetNamespaceANAGroup(nqn, nsid, g.GrpID) })(req)
+	}))
+	for _, tr := range []string{"iscsi", "srp"} {
+		change("PUT /v1/"+tr+"/port_groups/{pg}", withBody(func(req *http.Request, s StateRequest) (*Changes, error) {
+			id, err := pathNumber(req, "pg", "port group", 16)
+			if err != nil {
+				return nil, err
+			}
+			return r.SetPortGroupState(tr, uint16(id), s.State)
+		}))
+	}
+	change("PUT /v1/gateway/state", withBody(func(_ *http.Request, s StateRequest) (*Changes, error) { return r.SetGatewayState(s.State) }))
+
 	iqn := func(req *http.Request) string { return req.PathValue("iqn") }
 	change("POST /v1/iscsi/targets", withBody(func(_ *http.Request, t ISCSITarget) (*Changes, error) { return r.AddISCSITarget(t) }))
 	change("DELETE /v1/iscsi/targets/{iqn}", func(req *http.Request) (*Changes, error) { return r.RemoveISCSITarget(iqn(req)) })

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/rdisk/rdisk/internal/units"
 	"github.com/rdisk/rdisk/iser"
 	iscsitarget "github.com/rdisk/rdisk/iser/target"
+	"github.com/rdisk/rdisk/nvmeof"
 	nvmet "github.com/rdisk/rdisk/nvmeof/target"
 	"github.com/rdisk/rdisk/scsi"
 	srptarget "github.com/rdisk/rdisk/srp/target"
@@ -147,6 +149,7 @@ func nsGrowth(o, n *Namespace) (int64, bool) {
 	}
 	a, b := *o, *n
 	a.Device.Path, b.Device.Path, a.Enable, b.Enable = "", "", 0, 0
+	a.ANA, b.ANA, a.ANAGrpID, b.ANAGrpID = nil, nil, 0, 0
 	return ns, same(a, b)
 }
 
@@ -157,15 +160,68 @@ func nsReplaced(o, n *Namespace) bool {
 	}
 	a, b := *o, *n
 	a.Enable, b.Enable = 0, 0
+	a.ANA, b.ANA, a.ANAGrpID, b.ANAGrpID = nil, nil, 0, 0 // changed live
 	return !same(a, b)
 }
 
+// anaGroupChanged tells whether a kept namespace moved to another ANA
+// group.
+func anaGroupChanged(o, n *Namespace) (uint32, bool) {
+	og, _ := o.anaGroupID()
+	ng, _ := n.anaGroupID()
+	return max(ng, 1), max(og, 1) != max(ng, 1)
+}
+
 // portReplaced tells whether a port changed in more than its subsystem
-// links: it has to listen anew.
+// links and ANA group states: it has to listen anew.
 func portReplaced(o, n *Port) bool {
 	a, b := *o, *n
 	a.Subsystems, b.Subsystems = nil, nil
+	a.ANAGroups, b.ANAGroups = nil, nil
 	return !same(a, b)
+}
+
+// applyANA sets a kept port's ANA group states to n's.
+func (r *Running) applyANA(port *nvmet.Port, o, n *Port, ch *Changes) error {
+	os, _ := o.anaStates()
+	ns, err := n.anaStates()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, g := range slices.Sorted(maps.Keys(ns)) {
+		if st, ok := os[g]; ok && st == ns[g] {
+			continue
+		}
+		if err := port.SetANAState(g, ns[g]); err != nil {
+			errs = append(errs, fmt.Errorf("port %d ANA group %d: %w", n.PortID, g, err))
+			continue
+		}
+		ch.did("port %d ANA group %d: %s", n.PortID, g, ns[g])
+	}
+	for _, g := range slices.Sorted(maps.Keys(os)) {
+		if _, ok := ns[g]; ok {
+			continue
+		}
+		if g == 1 {
+			// Group 1 is never removed (nvmet's default group): unlisted,
+			// it is optimized.
+			if os[g] != nvmeof.ANAOptimized {
+				if err := port.SetANAState(1, nvmeof.ANAOptimized); err != nil {
+					errs = append(errs, fmt.Errorf("port %d ANA group 1: %w", n.PortID, err))
+				} else {
+					ch.did("port %d ANA group 1: %s", n.PortID, nvmeof.ANAOptimized)
+				}
+			}
+			continue
+		}
+		if err := port.RemoveANAGroup(g); err != nil {
+			errs = append(errs, fmt.Errorf("port %d ANA group %d: %w", n.PortID, g, err))
+			continue
+		}
+		ch.did("port %d ANA group %d: removed", n.PortID, g)
+	}
+	return errors.Join(errs...)
 }
 
 // keepRestartOnly leaves the differences that need a restart as they are
@@ -196,6 +252,84 @@ func keepRestartOnly(old, nc *Config, ch *Changes) {
 		ch.Skipped = append(ch.Skipped, "rdisk_srp listen addresses change with a restart")
 		nc.SRP.Listen = slices.Clone(old.SRP.Listen)
 	}
+	if old.ISCSI != nil && nc.ISCSI != nil {
+		if _, structural := groupStateChanges(old.ISCSI.PortGroups, nc.ISCSI.PortGroups); structural {
+			ch.Skipped = append(ch.Skipped, "rdisk_iscsi port groups other than their states (ids, ports) change with a restart")
+			nc.ISCSI.PortGroups = slices.Clone(old.ISCSI.PortGroups)
+		}
+	}
+	if old.SRP != nil && nc.SRP != nil {
+		if _, structural := groupStateChanges(old.SRP.PortGroups, nc.SRP.PortGroups); structural {
+			ch.Skipped = append(ch.Skipped, "rdisk_srp port groups other than their states (ids, ports) change with a restart")
+			nc.SRP.PortGroups = slices.Clone(old.SRP.PortGroups)
+		}
+		for i := range nc.SRP.Ports {
+			np := &nc.SRP.Ports[i]
+			if op := old.srpPort(srpKey(*np)); op != nil && op.RelativeTargetPort != np.RelativeTargetPort {
+				ch.Skipped = append(ch.Skipped, fmt.Sprintf("rdisk_srp port %s: relative_target_port changes with a restart", srpKey(*np)))
+				np.RelativeTargetPort = op.RelativeTargetPort
+			}
+		}
+	}
+}
+
+// groupStateChanges compares two lists of ALUA port groups: the groups
+// whose state alone changed, or structural when ids or ports differ.
+func groupStateChanges(o, n []PortGroup) (changed []PortGroup, structural bool) {
+	if len(o) != len(n) {
+		return nil, true
+	}
+	for i := range o {
+		if o[i].ID != n[i].ID || !same(o[i].Ports, n[i].Ports) {
+			return nil, true
+		}
+		os, _ := scsi.ParseALUAState(o[i].State)
+		ns, _ := scsi.ParseALUAState(n[i].State)
+		if os != ns {
+			changed = append(changed, n[i])
+		}
+	}
+	return changed, false
+}
+
+// applyPortGroupStates sets the ALUA states that changed on every iSCSI
+// target and SRP port.
+func (r *Running) applyPortGroupStates(old, nc *Config, ch *Changes) error {
+	var errs []error
+	if old.ISCSI != nil && nc.ISCSI != nil && r.ISCSI != nil {
+		changed, _ := groupStateChanges(old.ISCSI.PortGroups, nc.ISCSI.PortGroups)
+		for _, g := range changed {
+			st, _ := scsi.ParseALUAState(g.State)
+			for _, t := range nc.ISCSI.Targets {
+				if old.iscsiTarget(t.IQN) == nil {
+					continue // added with the new states
+				}
+				if err := r.ISCSI.SetPortGroupState(t.IQN, g.ID, st); err != nil {
+					errs = append(errs, fmt.Errorf("iscsi target %s port group %d: %w", t.IQN, g.ID, err))
+				}
+			}
+			ch.did("iscsi port group %d: %s", g.ID, st)
+		}
+	}
+	if old.SRP != nil && nc.SRP != nil && r.SRP != nil {
+		changed, _ := groupStateChanges(old.SRP.PortGroups, nc.SRP.PortGroups)
+		for _, g := range changed {
+			st, _ := scsi.ParseALUAState(g.State)
+			for _, pt := range nc.SRP.Ports {
+				id, err := srpPortID(pt)
+				if err != nil || old.srpPort(srpKey(pt)) == nil {
+					continue
+				}
+				if port := r.SRP.Port(id); port != nil {
+					if err := port.SetPortGroupState(g.ID, st); err != nil {
+						errs = append(errs, fmt.Errorf("srp port %s port group %d: %w", srpKey(pt), g.ID, err))
+					}
+				}
+			}
+			ch.did("srp port group %d: %s", g.ID, st)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 type openedNS struct {
@@ -326,6 +460,10 @@ func (r *Running) applyLocked(in *Config, starting bool) (*Changes, error) {
 			continue
 		}
 		port := r.T.Port(op.PortID)
+		if err := r.applyANA(port, &op, np, ch); err != nil {
+			fail(err)
+			np.ANAGroups = op.ANAGroups
+		}
 		for _, nqn := range op.Subsystems {
 			if !slices.Contains(np.Subsystems, nqn) && !subGone(nqn) {
 				if err := port.UnlinkSubsystem(nqn); err != nil {
@@ -447,6 +585,7 @@ func (r *Running) applyLocked(in *Config, starting bool) (*Changes, error) {
 					continue
 				}
 				r.disks[key] = o.disk
+				r.watchSize(key, o.disk)
 				if on := findNS(os, ns.NSID); on != nil && !subGone(s.NQN) {
 					ch.did("subsystem %s namespace %d: replaced (%s)", s.NQN, ns.NSID, ns.Device.Path)
 				} else if !starting || os != nil {
@@ -455,6 +594,14 @@ func (r *Running) applyLocked(in *Config, starting bool) (*Changes, error) {
 				continue
 			}
 			on := findNS(os, ns.NSID) // kept
+			if grp, moved := anaGroupChanged(on, ns); moved {
+				if err := sub.SetNamespaceANAGroup(ns.NSID, grp); err != nil {
+					fail(fmt.Errorf("subsystem %s namespace %d: %w", s.NQN, ns.NSID, err))
+					ns.ANA, ns.ANAGrpID = on.ANA, on.ANAGrpID
+				} else {
+					ch.did("subsystem %s namespace %d: ANA group %d", s.NQN, ns.NSID, grp)
+				}
+			}
 			if size, grow := nsGrowth(on, ns); grow {
 				if err := r.resizeLocked(key, size); err != nil {
 					fail(err)
@@ -547,11 +694,14 @@ func (r *Running) applyLocked(in *Config, starting bool) (*Changes, error) {
 				tc := iscsitarget.TargetConfig{Name: nt.IQN, AllowedInitiators: nt.AllowedInitiators}
 				acls := nt.ACLs
 				var err error
-				if tc.CHAP, err = chapOf(nt.CHAP); err == nil {
+				if tc.PortGroups, err = portGroups(n.PortGroups, n.ownPorts()); err == nil {
+					tc.CHAP, err = chapOf(nt.CHAP)
+				}
+				if err == nil {
 					tc.MutualCHAP, err = chapOf(nt.MutualCHAP)
 				}
 				for _, ref := range nt.LUNs {
-					lu, lerr := r.luLocked(ref)
+					lu, lerr := r.luLocked(nc, ref)
 					if lerr != nil {
 						fail(fmt.Errorf("iscsi target %s LUN %d: %w", nt.IQN, ref.LUN, lerr))
 						continue
@@ -601,7 +751,7 @@ func (r *Running) applyLocked(in *Config, starting bool) (*Changes, error) {
 			for _, ref := range nt.LUNs {
 				ol := findLUN(ot.LUNs, ref.LUN)
 				if ol == nil || refGone(ol, &ref) {
-					lu, err := r.luLocked(ref)
+					lu, err := r.luLocked(nc, ref)
 					if err == nil {
 						err = r.ISCSI.MapLUN(nt.IQN, ref.LUN, lu)
 					}
@@ -641,7 +791,11 @@ func (r *Running) applyLocked(in *Config, starting bool) (*Changes, error) {
 			}
 			port := r.SRP.Port(id)
 			if op == nil {
-				port, err = r.SRP.AddPort(srptarget.PortConfig{IDExt: id.Ext(), IOCGUID: id.GUID(), AllowedInitiators: np.AllowedInitiators, AllowAnyInitiator: np.AllowAnyInitiator})
+				var pgs []scsi.PortGroupConfig
+				if pgs, err = portGroups(n.PortGroups, n.ownPorts()); err == nil {
+					port, err = r.SRP.AddPort(srptarget.PortConfig{IDExt: id.Ext(), IOCGUID: id.GUID(), AllowedInitiators: np.AllowedInitiators,
+						AllowAnyInitiator: np.AllowAnyInitiator, RelativeTargetPort: np.RelativeTargetPort, PortGroups: pgs})
+				}
 				if err != nil {
 					fail(fmt.Errorf("srp port %s: %w", key, err))
 					np.IDExt = "" // dropped below
@@ -663,7 +817,7 @@ func (r *Running) applyLocked(in *Config, starting bool) (*Changes, error) {
 					ol = findLUN(op.LUNs, ref.LUN)
 				}
 				if ol == nil || refGone(ol, &ref) {
-					lu, err := r.luLocked(ref)
+					lu, err := r.luLocked(nc, ref)
 					if err == nil {
 						err = port.Map(ref.LUN, lu)
 					}
@@ -680,6 +834,9 @@ func (r *Running) applyLocked(in *Config, starting bool) (*Changes, error) {
 			np.LUNs = luns
 		}
 		n.Ports = slices.DeleteFunc(n.Ports, func(p SRPPort) bool { return p.IDExt == "" })
+	}
+	if err := r.applyPortGroupStates(old, nc, ch); err != nil {
+		fail(err)
 	}
 	r.cfg = nc
 	if len(errs) > 0 {
@@ -724,7 +881,7 @@ func (c *Config) dropLUNs(drop func(LUNRef) bool) {
 
 // luLocked returns the one SCSI logical unit of a namespace, made on first
 // use and shared by every SCSI transport.
-func (r *Running) luLocked(ref LUNRef) (*scsi.LU, error) {
+func (r *Running) luLocked(c *Config, ref LUNRef) (*scsi.LU, error) {
 	k := nsKey{ref.Subsystem, ref.NSID}
 	if lu := r.lus[k]; lu != nil {
 		return lu, nil
@@ -733,7 +890,11 @@ func (r *Running) luLocked(ref LUNRef) (*scsi.LU, error) {
 	if d == nil {
 		return nil, fmt.Errorf("subsystem %s has no namespace %d being served", ref.Subsystem, ref.NSID)
 	}
-	lu, err := NewSCSILU(d, fmt.Sprintf("%s/%d", ref.Subsystem, ref.NSID))
+	ns := findNS(findSub(c, ref.Subsystem), ref.NSID)
+	if ns == nil {
+		return nil, fmt.Errorf("subsystem %s has no namespace %d", ref.Subsystem, ref.NSID)
+	}
+	lu, err := NewSCSILU(d, fmt.Sprintf("%s/%d", ref.Subsystem, ref.NSID), ns.Shared)
 	if err != nil {
 		return nil, err
 	}
@@ -745,6 +906,9 @@ func (r *Running) luLocked(ref LUNRef) (*scsi.LU, error) {
 // the disks wait for it) and forgets its LU.
 func (r *Running) dropDisk(k nsKey) {
 	if d := r.disks[k]; d != nil {
+		if w, ok := d.(backstore.SizeWatcher); ok {
+			w.WatchSize(nil)
+		}
 		if err := d.Close(); err != nil {
 			r.log.Warn("target: closing a removed namespace's disk", "subsystem", k.nqn, "nsid", k.nsid, "err", err)
 		}

@@ -11,7 +11,9 @@ import (
 	"strings"
 
 	"github.com/rdisk/rdisk/backstore"
+	"github.com/rdisk/rdisk/backstore/rbd"
 	"github.com/rdisk/rdisk/internal/units"
+	"github.com/rdisk/rdisk/nvmeof"
 	"github.com/rdisk/rdisk/nvmeof/auth"
 	nvmet "github.com/rdisk/rdisk/nvmeof/target"
 )
@@ -103,8 +105,10 @@ type Port struct {
 	Param      map[string]string `json:"param,omitempty"`
 	Referrals  []Referral        `json:"referrals,omitempty"`
 	Subsystems []string          `json:"subsystems"`
-	// ANAGroups are nvmetcli's ANA groups of the port (accepted; rdisk
-	// reports every path optimized until ANA is implemented).
+	// ANAGroups are the port's ANA groups and their states (nvmetcli's
+	// ports/N/ana_groups/GRPID/ana_state): hosts connected through this
+	// port see the namespaces of each group in its state. Group 1 exists
+	// on every port, optimized unless listed.
 	ANAGroups []ANAGroup `json:"ana_groups,omitempty"`
 	// Optional ports that cannot listen (their address is in use) are
 	// skipped with a warning instead of failing Start: rdisk target's
@@ -132,10 +136,78 @@ type Referral struct {
 	Enable int      `json:"enable,omitempty"`
 }
 
-// ANAGroup is an nvmetcli ANA group of a port.
+// ANAGroup is an nvmetcli ANA group of a port: ANA["state"] is one of
+// optimized, non-optimized, inaccessible, persistent-loss or change.
 type ANAGroup struct {
 	GrpID int               `json:"grpid"`
 	ANA   map[string]string `json:"ana,omitempty"`
+}
+
+// MaxANAGroups is the highest ANA group ID (nvmet's NVMET_MAX_ANAGRPS).
+const MaxANAGroups = 128
+
+// anaStates returns a port's ANA group states in nvmet's form.
+func (p *Port) anaStates() (map[uint32]nvmeof.ANAState, error) {
+	if len(p.ANAGroups) == 0 {
+		return nil, nil
+	}
+	out := map[uint32]nvmeof.ANAState{}
+	for _, g := range p.ANAGroups {
+		if g.GrpID < 1 || g.GrpID > MaxANAGroups {
+			return nil, fmt.Errorf("ANA group %d: want 1 to %d", g.GrpID, MaxANAGroups)
+		}
+		if _, dup := out[uint32(g.GrpID)]; dup {
+			return nil, fmt.Errorf("ANA group %d is listed twice", g.GrpID)
+		}
+		for k := range g.ANA {
+			if k != "state" {
+				return nil, fmt.Errorf("ANA group %d: unknown attribute %q (want state)", g.GrpID, k)
+			}
+		}
+		st := nvmeof.ANAOptimized
+		if v, ok := g.ANA["state"]; ok {
+			var err error
+			if st, err = nvmeof.ParseANAState(v); err != nil {
+				return nil, fmt.Errorf("ANA group %d: %w", g.GrpID, err)
+			}
+		}
+		out[uint32(g.GrpID)] = st
+	}
+	return out, nil
+}
+
+// anaGroupID returns a namespace's ANA group: nvmetcli's "ana": {"grpid"}
+// (its save format) or "ana_grpid"; 0 (group 1) when neither is set.
+func (ns *Namespace) anaGroupID() (uint32, error) {
+	id := ns.ANAGrpID
+	for k, v := range ns.ANA {
+		if k != "grpid" {
+			return 0, fmt.Errorf("ana: unknown attribute %q (want grpid)", k)
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, fmt.Errorf("ana.grpid %q is not a number", v)
+		}
+		if id != 0 && n != id {
+			return 0, fmt.Errorf("ana.grpid %d and ana_grpid %d differ", n, id)
+		}
+		id = n
+	}
+	if id < 0 || id > MaxANAGroups {
+		return 0, fmt.Errorf("ANA group %d: want 1 to %d", id, MaxANAGroups)
+	}
+	return uint32(id), nil
+}
+
+// setANAGroupID sets a namespace's ANA group in the form it was given
+// (nvmetcli's "ana" group unless only ana_grpid was used).
+func (ns *Namespace) setANAGroupID(id uint32) {
+	if ns.ANAGrpID != 0 && len(ns.ANA) == 0 {
+		ns.ANAGrpID = int(id)
+		return
+	}
+	ns.ANAGrpID = 0
+	ns.ANA = map[string]string{"grpid": strconv.Itoa(int(id))}
 }
 
 // Subsystem is an nvmetcli subsystem.
@@ -159,13 +231,21 @@ type Namespace struct {
 		UUID  string `json:"uuid,omitempty"`
 		EUI64 string `json:"eui64,omitempty"`
 	} `json:"device"`
-	// ANAGrpID, ANA and Resv are nvmetcli's (accepted, not used yet).
+	// ANA {"grpid"} (nvmetcli's save format) or ANAGrpID names the
+	// namespace's ANA group (default 1). Resv is nvmetcli's (accepted,
+	// not used: rdisk has no NVMe reservations yet).
 	ANAGrpID  int               `json:"ana_grpid,omitempty"`
 	ANA       map[string]string `json:"ana,omitempty"`
 	Resv      map[string]string `json:"resv,omitempty"`
 	BlockSize int               `json:"rdisk_block_size,omitempty"`
 	// ReadOnly exports the device write-protected (an rdisk extension).
 	ReadOnly bool `json:"rdisk_read_only,omitempty"`
+	// Shared says that other gateways serve the same disk (one Ceph RBD
+	// image exported by several rdisk targets, multipath): reservations
+	// would not be shared between them, so the SCSI LU refuses them (as
+	// LIO without PR emulation), and an RBD image is opened for sharing
+	// (an rdisk extension).
+	Shared bool `json:"rdisk_shared,omitempty"`
 }
 
 // Parse reads a configuration strictly: unknown keys, values of the wrong
@@ -239,6 +319,12 @@ func (c *Config) validate(pos *positions) error {
 			case ns.Device.Path == "":
 				return pos.errAt(np+".device", "namespace %d names no device path", ns.NSID)
 			}
+			if _, err := ns.anaGroupID(); err != nil {
+				return pos.errAt(np+".ana", "namespace %d: %v", ns.NSID, err)
+			}
+			if err := checkDevicePath(ns.Device.Path); err != nil {
+				return pos.errAt(np+".device.path", "namespace %d: %v", ns.NSID, err)
+			}
 			nsids[ns.NSID] = true
 		}
 	}
@@ -253,6 +339,9 @@ func (c *Config) validate(pos *positions) error {
 		case "", "rdma", "tcp", "rdma+tcp", "tcp+rdma":
 		default:
 			return pos.errAt(p+".addr.trtype", "trtype %q: want rdma, tcp or rdma+tcp (both on one port number)", pc.Addr.TrType)
+		}
+		if _, err := pc.anaStates(); err != nil {
+			return pos.errAt(p+".ana_groups", "port %d: %v", pc.PortID, err)
 		}
 		if v, ok := pc.Param["inline_data_size"]; ok {
 			if _, err := strconv.Atoi(v); err != nil {
@@ -299,10 +388,40 @@ func IsLoopback(a string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// checkDevicePath checks what can be checked of a device path before
+// anything is opened: an RBD image's URI ("rbd:POOL/IMAGE?...").
+func checkDevicePath(path string) error {
+	if strings.HasPrefix(path, "rbd:") {
+		c, err := rbd.ParseURI(path)
+		if err == nil {
+			err = c.Validate()
+		}
+		return err
+	}
+	return nil
+}
+
 // OpenDevice opens a namespace's backing store: "ram:SIZE", "null:SIZE",
-// a block device, or a regular file, read-only when readOnly is set.
-// blockSize 0 means 512 (block devices use their logical block size).
+// a Ceph RBD image "rbd:POOL/IMAGE" (or POOL/NAMESPACE/IMAGE, with
+// ?conf=&id=&keyring=&mon_host=; in a build with Ceph), a block device,
+// or a regular file, read-only when readOnly is set. blockSize 0 means
+// 512 (block devices use their logical block size).
 func OpenDevice(path string, blockSize int, readOnly bool) (backstore.Disk, error) {
+	if strings.HasPrefix(path, "rbd:") {
+		c, err := rbd.ParseURI(path)
+		if err != nil {
+			return nil, err
+		}
+		if blockSize != 0 {
+			c.BlockSize = blockSize
+		}
+		c.ReadOnly = c.ReadOnly || readOnly
+		img, err := rbd.Open(c, nil)
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return img, nil
+	}
 	if kind, size, ok := strings.Cut(path, ":"); ok && (kind == "ram" || kind == "null") {
 		n, err := units.ParseSize(size)
 		if err != nil {

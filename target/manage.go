@@ -7,7 +7,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/internal/units"
+	"github.com/rdisk/rdisk/scsi"
 	"github.com/rdisk/rdisk/srp"
 )
 
@@ -197,6 +199,16 @@ func (r *Running) resizeLocked(key nsKey, size int64) error {
 	if d.Size() == before {
 		return nil
 	}
+	return r.announceSizeLocked(key)
+}
+
+// announceSizeLocked tells the hosts of a namespace that its size
+// changed.
+func (r *Running) announceSizeLocked(key nsKey) error {
+	sub := r.subs[key.nqn]
+	if sub == nil {
+		return notFound("subsystem %s", key.nqn)
+	}
 	if err := sub.NamespaceResized(key.nsid); err != nil {
 		return err
 	}
@@ -216,6 +228,32 @@ func (r *Running) resizeLocked(key nsKey, size int64) error {
 		lu.CapacityChanged() // iSCSI's nexuses (a no-op if SRP did it)
 	}
 	return nil
+}
+
+// watchSize makes a disk that notices its own size changes (an RBD image
+// resized with `rbd resize`) announce them to the hosts, as nvmet's
+// revalidate does on a rescan.
+func (r *Running) watchSize(key nsKey, d backstore.Disk) {
+	w, ok := d.(backstore.SizeWatcher)
+	if !ok {
+		return
+	}
+	w.WatchSize(func(size int64) {
+		// Not on the disk's goroutine: closing the disk (under r.mu)
+		// may wait for it.
+		go func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if r.disks[key] != d {
+				return
+			}
+			if err := r.announceSizeLocked(key); err != nil {
+				r.log.Warn("target: announcing a size change", "subsystem", key.nqn, "nsid", key.nsid, "err", err)
+				return
+			}
+			r.log.Info("target: namespace resized outside rdisk", "subsystem", key.nqn, "nsid", key.nsid, "size", size)
+		}()
+	})
 }
 
 // AllowHost lets a host NQN connect to a subsystem.
@@ -587,6 +625,18 @@ type Status struct {
 	ISCSISessions []ISCSISession     `json:"iscsi_sessions"`
 	SRPListen     []string           `json:"srp_listen,omitempty"`
 	SRPChannels   []SRPChannel       `json:"srp_channels"`
+	// ISCSIPortGroups and SRPPortGroups are the ALUA target port groups
+	// with their live states (those of the first iSCSI target and SRP
+	// port: every target and port has the same).
+	ISCSIPortGroups []PortGroupStatus `json:"iscsi_port_groups,omitempty"`
+	SRPPortGroups   []PortGroupStatus `json:"srp_port_groups,omitempty"`
+}
+
+// PortGroupStatus is an ALUA target port group.
+type PortGroupStatus struct {
+	ID    uint16   `json:"id"`
+	State string   `json:"state"`
+	Ports []uint16 `json:"ports"`
 }
 
 // NamespaceStatus is a served namespace.
@@ -600,6 +650,8 @@ type NamespaceStatus struct {
 	ReadOnly  bool   `json:"read_only"`
 	NGUID     string `json:"nguid"`
 	UUID      string `json:"uuid"`
+	// ANAGroup is the namespace's ANA group.
+	ANAGroup uint32 `json:"ana_group"`
 	// SCSI lists where the namespace is a SCSI LUN ("iscsi IQN LUN n",
 	// "srp PORT LUN n").
 	SCSI []string `json:"scsi,omitempty"`
@@ -612,6 +664,9 @@ type PortStatus struct {
 	Transport  string   `json:"trtype"`
 	Listening  bool     `json:"listening"`
 	Subsystems []string `json:"subsystems"`
+	// ANA are the states of the port's ANA groups, as hosts connected
+	// through it see them (live; group 1 always).
+	ANA map[uint32]string `json:"ana,omitempty"`
 }
 
 // ControllerStatus is a connected NVMe-oF controller.
@@ -695,9 +750,11 @@ func (r *Running) Status() *Status {
 		// The identities the subsystem reports (NGUID and UUID, derived
 		// when the configuration names none).
 		ids := map[uint32][2]string{}
+		groups := map[uint32]uint32{}
 		if sub := r.subs[s.NQN]; sub != nil {
 			for _, n := range sub.Namespaces() {
 				ids[n.NSID] = [2]string{fmt.Sprintf("%x", n.NGUID), uuidString(n.UUID)}
+				groups[n.NSID] = max(n.ANAGroupID, 1)
 			}
 		}
 		for _, ns := range s.Namespaces {
@@ -706,7 +763,7 @@ func (r *Running) Status() *Status {
 			if d := r.disks[k]; d != nil {
 				nst.Size, nst.BlockSize, nst.ReadOnly = d.Size(), d.BlockSize(), d.ReadOnly()
 			}
-			nst.NGUID, nst.UUID = ids[ns.NSID][0], ids[ns.NSID][1]
+			nst.NGUID, nst.UUID, nst.ANAGroup = ids[ns.NSID][0], ids[ns.NSID][1], groups[ns.NSID]
 			st.Namespaces = append(st.Namespaces, nst)
 		}
 	}
@@ -717,6 +774,10 @@ func (r *Running) Status() *Status {
 		}
 		if lp := r.T.Port(p.PortID); lp != nil {
 			ps.Addr, ps.Listening = lp.Addr().String(), true
+			ps.ANA = map[uint32]string{}
+			for g, a := range lp.ANAStates() {
+				ps.ANA[g] = a.String()
+			}
 		} else {
 			svc := p.Addr.TrSvcID
 			if svc == "" {
@@ -725,6 +786,18 @@ func (r *Running) Status() *Status {
 			ps.Addr = p.Addr.TrAddr + ":" + svc
 		}
 		st.Ports = append(st.Ports, ps)
+	}
+	if ic := r.cfg.ISCSI; ic != nil && r.ISCSI != nil && len(ic.Targets) > 0 {
+		if pgs, err := r.ISCSI.PortGroups(ic.Targets[0].IQN); err == nil {
+			st.ISCSIPortGroups = portGroupStatus(pgs)
+		}
+	}
+	if sc := r.cfg.SRP; sc != nil && r.SRP != nil && len(sc.Ports) > 0 {
+		if id, err := srpPortID(sc.Ports[0]); err == nil {
+			if port := r.SRP.Port(id); port != nil {
+				st.SRPPortGroups = portGroupStatus(port.PortGroups())
+			}
+		}
 	}
 	r.mu.Unlock()
 	for _, c := range r.T.Controllers() {
@@ -756,6 +829,14 @@ func (r *Running) Status() *Status {
 		}
 	}
 	return st
+}
+
+func portGroupStatus(pgs []scsi.PortGroupConfig) []PortGroupStatus {
+	out := []PortGroupStatus{}
+	for _, g := range pgs {
+		out = append(out, PortGroupStatus{ID: g.ID, State: g.State.String(), Ports: slices.Clone(g.Ports)})
+	}
+	return out
 }
 
 func uuidString(u [16]byte) string {

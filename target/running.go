@@ -271,6 +271,11 @@ func (r *Running) openNamespace(nqn string, ns *Namespace) (backstore.Disk, nvme
 // namespaceConfig is the nvmet form of a model namespace, without its disk.
 func namespaceConfig(nqn string, ns *Namespace) (nvmet.NamespaceConfig, error) {
 	nc := nvmet.NamespaceConfig{NSID: ns.NSID, Disabled: ns.Enable == 0}
+	grp, err := ns.anaGroupID()
+	if err != nil {
+		return nc, fmt.Errorf("subsystem %s namespace %d: %w", nqn, ns.NSID, err)
+	}
+	nc.ANAGroupID = grp
 	for _, id := range []struct {
 		name, v string
 		dst     []byte
@@ -325,6 +330,11 @@ func portConfig(pc *Port) (nvmet.PortConfig, error) {
 		}
 		cfg.MaxQueueSize = n
 	}
+	states, err := pc.anaStates()
+	if err != nil {
+		return cfg, fmt.Errorf("port %d: %w", pc.PortID, err)
+	}
+	cfg.ANAGroups = states
 	for _, rf := range pc.Referrals {
 		svc := rf.Addr.TrSvcID
 		if svc == "" {

@@ -1,8 +1,10 @@
 package target
 
 import (
+	"cmp"
 	"fmt"
 	"net"
+	"slices"
 
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/iser"
@@ -32,6 +34,23 @@ type ISCSIConfig struct {
 	// with.
 	DiscoveryCHAP       *CHAP `json:"discovery_chap,omitempty"`
 	DiscoveryMutualCHAP *CHAP `json:"discovery_mutual_chap,omitempty"`
+	// PortGroups are the ALUA target port groups that REPORT TARGET PORT
+	// GROUPS lists, with their states (implicit ALUA). This gateway's
+	// portals are relative target port TPGT; a group without ports holds
+	// it. Empty: one group, active/optimized.
+	PortGroups []PortGroup `json:"port_groups,omitempty"`
+}
+
+// PortGroup is an ALUA target port group.
+type PortGroup struct {
+	ID uint16 `json:"id"`
+	// State is active-optimized, active-non-optimized, standby,
+	// unavailable, offline or transitioning (or NVMe ANA's names:
+	// optimized, non-optimized, inaccessible, persistent-loss, change).
+	State string `json:"state"`
+	// Ports are the relative target port identifiers in the group (other
+	// gateways' ports too); empty means this gateway's own.
+	Ports []uint16 `json:"ports,omitempty"`
 }
 
 // ISCSITarget is one iSCSI target node.
@@ -98,6 +117,10 @@ type SRPConfig struct {
 	// Listen are the RDMA/CM addresses (host:port).
 	Listen []string  `json:"listen"`
 	Ports  []SRPPort `json:"ports"`
+	// PortGroups are the ALUA target port groups of the SRP ports (see
+	// ISCSIConfig.PortGroups); a group without ports holds every port of
+	// this gateway.
+	PortGroups []PortGroup `json:"port_groups,omitempty"`
 }
 
 // SRPPort is one SRP target port.
@@ -108,16 +131,79 @@ type SRPPort struct {
 	// AllowedInitiators is the ACL (port IDs, GUIDs or addresses).
 	AllowedInitiators []string `json:"allowed_initiators,omitempty"`
 	AllowAnyInitiator bool     `json:"allow_any_initiator,omitempty"`
+	// RelativeTargetPort identifies the port in ALUA port groups and VPD
+	// page 83h (default 1); gateways serving one disk give theirs
+	// distinct ones.
+	RelativeTargetPort uint16 `json:"relative_target_port,omitempty"`
+}
+
+// portGroups returns the scsi form of port groups; own are this
+// gateway's relative target ports, which a group without ports holds.
+func portGroups(pgs []PortGroup, own []uint16) ([]scsi.PortGroupConfig, error) {
+	var out []scsi.PortGroupConfig
+	ids := map[uint16]bool{}
+	ports := map[uint16]uint16{}
+	for _, g := range pgs {
+		if g.ID == 0 {
+			return nil, fmt.Errorf("port group 0: want 1 to 65535")
+		}
+		if ids[g.ID] {
+			return nil, fmt.Errorf("port group %d is listed twice", g.ID)
+		}
+		ids[g.ID] = true
+		st, err := scsi.ParseALUAState(g.State)
+		if err != nil {
+			return nil, fmt.Errorf("port group %d: %w", g.ID, err)
+		}
+		members := g.Ports
+		if len(members) == 0 {
+			members = own
+		}
+		for _, p := range members {
+			if p == 0 {
+				return nil, fmt.Errorf("port group %d: relative target port 0: want 1 to 65535", g.ID)
+			}
+			if o, dup := ports[p]; dup {
+				return nil, fmt.Errorf("port group %d: relative target port %d is in group %d too", g.ID, p, o)
+			}
+			ports[p] = g.ID
+		}
+		out = append(out, scsi.PortGroupConfig{ID: g.ID, State: st, Ports: slices.Clone(members)})
+	}
+	if len(out) > 0 {
+		for _, p := range own {
+			if _, ok := ports[p]; !ok {
+				return nil, fmt.Errorf("this gateway's relative target port %d is in no port group", p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// ownPorts is the relative target port of the iSCSI portals: the TPGT.
+func (ic *ISCSIConfig) ownPorts() []uint16 { return []uint16{cmp.Or(ic.TPGT, 1)} }
+
+// ownPorts are the SRP ports' relative target ports.
+func (sc *SRPConfig) ownPorts() []uint16 {
+	var out []uint16
+	for _, p := range sc.Ports {
+		if rp := cmp.Or(p.RelativeTargetPort, 1); !slices.Contains(out, rp) {
+			out = append(out, rp)
+		}
+	}
+	return out
 }
 
 // NewSCSILU makes the logical unit of a disk that every SCSI transport
 // exports, with limits that suit the iSCSI and SRP targets' defaults.
-// name feeds the LU's serial number and NAA identifier.
-func NewSCSILU(disk backstore.Disk, name string) (*scsi.LU, error) {
+// name feeds the LU's serial number and NAA identifier. A shared disk
+// (served by other gateways too) refuses reservations, which would not be
+// shared between the gateways.
+func NewSCSILU(disk backstore.Disk, name string, shared bool) (*scsi.LU, error) {
 	maxXfer := min(iscsitarget.DefaultMaxTransfer, srptarget.DefaultMaxTransfer)
 	lu, err := scsi.NewLU(disk, scsi.LUConfig{Name: name, MaxTransferBlocks: uint32(maxXfer / disk.BlockSize()),
 		// As LIO: libiscsi and Linux split long WRITE SAMEs.
-		MaxWriteSameBlocks: 0xffff})
+		MaxWriteSameBlocks: 0xffff, NoReservations: shared})
 	if err != nil {
 		return nil, fmt.Errorf("SCSI logical unit %s: %w", name, err)
 	}
@@ -166,6 +252,9 @@ func (c *Config) validateSCSI(pos *positions, subs map[string]*Subsystem) error 
 			if d.ch != nil && (d.ch.User == "" || d.ch.Secret == "") {
 				return pos.errAt("rdisk_iscsi."+d.key, "a CHAP identity needs a user and a secret")
 			}
+		}
+		if _, err := portGroups(ic.PortGroups, ic.ownPorts()); err != nil {
+			return pos.errAt("rdisk_iscsi.port_groups", "%v", err)
 		}
 		if ic.DiscoveryMutualCHAP != nil && ic.DiscoveryCHAP == nil {
 			return pos.errAt("rdisk_iscsi.discovery_mutual_chap", "discovery_mutual_chap needs discovery_chap")
@@ -237,6 +326,9 @@ func (c *Config) validateSCSI(pos *positions, subs map[string]*Subsystem) error 
 				return pos.errAt(fmt.Sprintf("rdisk_srp.listen[%d]", i), "%q: want host:port", a)
 			}
 			open = open || !IsLoopback(h)
+		}
+		if _, err := portGroups(sc.PortGroups, sc.ownPorts()); err != nil {
+			return pos.errAt("rdisk_srp.port_groups", "%v", err)
 		}
 		ids := map[srp.PortID]bool{}
 		for i, pt := range sc.Ports {

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -131,6 +133,21 @@ the difference. The socket speaks HTTP with JSON: curl --unix-socket
 				{Name: "disable", Usage: "stop listening, keeping the port in the configuration", ArgsUsage: "ID", Action: adminPort("POST", "/disable")},
 				{Name: "link", Usage: "export a subsystem on a port", ArgsUsage: "ID SUBNQN", Action: adminPortLink("POST")},
 				{Name: "unlink", Usage: "stop exporting a subsystem on a port", ArgsUsage: "ID SUBNQN", Action: adminPortLink("DELETE")},
+			}},
+			{Name: "ana", Usage: "NVMe ANA groups: the state hosts see each namespace in, per port (multipath across gateways)", Subcommands: []*cli.Command{
+				{Name: "set", Usage: "set ANA group GRPID's state on port ID (adding the group): optimized, non-optimized, inaccessible, persistent-loss or change", ArgsUsage: "ID GRPID STATE", Action: adminANASet},
+				{Name: "rm", Aliases: []string{"remove"}, Usage: "remove ANA group GRPID from port ID (group 1 stays, optimized)", ArgsUsage: "ID GRPID", Action: adminANARemove},
+				{Name: "group", Usage: "move a namespace to ANA group GRPID", ArgsUsage: "SUBNQN NSID GRPID", Action: adminANAGroup},
+			}},
+			{Name: "alua", Usage: "SCSI ALUA target port groups (iSCSI/iSER and SRP)", Subcommands: []*cli.Command{
+				{Name: "set", Usage: "set port group ID's state: active-optimized, active-non-optimized, standby, unavailable, offline or transitioning", ArgsUsage: "iscsi|srp ID STATE", Action: adminALUASet},
+			}},
+			{Name: "gateway", Usage: "set this gateway's state on every ANA group and on its own ALUA port groups at once (optimized, non-optimized, inaccessible, ...)", ArgsUsage: "STATE", Action: func(c *cli.Context) error {
+				a, err := args(c, 1, "STATE")
+				if err != nil {
+					return err
+				}
+				return adminChange(c, "PUT", "/v1/gateway/state", target.StateRequest{State: a[0]})
 			}},
 			{Name: "iscsi", Usage: "iSCSI target nodes", Subcommands: []*cli.Command{
 				{Name: "add", Usage: "add an iSCSI target (then: rdisk admin lun map --iscsi)", ArgsUsage: "IQN",
@@ -276,13 +293,33 @@ func printStatus(out io.Writer, st *target.Status) {
 		}
 		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d\t%s\t%s\n", n.Subsystem, n.NSID, n.Device, units.FormatSize(n.Size), n.BlockSize, state, scsi)
 	}
-	fmt.Fprintln(w, "\nPORTS\tTRANSPORT\tADDRESS\tSTATE\tSUBSYSTEMS")
+	fmt.Fprintln(w, "\nPORTS\tTRANSPORT\tADDRESS\tSTATE\tSUBSYSTEMS\tANA GROUPS")
 	for _, p := range st.Ports {
 		state := "listening"
 		if !p.Listening {
 			state = "disabled"
 		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", p.ID, p.Transport, p.Addr, state, strings.Join(p.Subsystems, " "))
+		var ana []string
+		for _, g := range slices.Sorted(maps.Keys(p.ANA)) {
+			ana = append(ana, fmt.Sprintf("%d:%s", g, p.ANA[g]))
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Transport, p.Addr, state, strings.Join(p.Subsystems, " "), cmp.Or(strings.Join(ana, " "), "-"))
+	}
+	for _, pg := range []struct {
+		name string
+		gs   []target.PortGroupStatus
+	}{{"ISCSI", st.ISCSIPortGroups}, {"SRP", st.SRPPortGroups}} {
+		if len(pg.gs) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s PORT GROUPS\tSTATE\tRELATIVE PORTS\n", pg.name)
+		for _, g := range pg.gs {
+			ports := make([]string, len(g.Ports))
+			for i, p := range g.Ports {
+				ports[i] = strconv.Itoa(int(p))
+			}
+			fmt.Fprintf(w, "%d\t%s\t%s\n", g.ID, g.State, strings.Join(ports, " "))
+		}
 	}
 	fmt.Fprintln(w, "\nNVME CONTROLLERS\tCNTLID\tHOST\tTRANSPORT\tREMOTE\tQUEUES\tKATO\tCOMMANDS\tREAD\tWRITTEN")
 	for _, c := range st.Controllers {
@@ -498,6 +535,70 @@ func adminPortLink(method string) cli.ActionFunc {
 		}
 		return adminChange(c, method, fmt.Sprintf("/v1/ports/%d/subsystems/%s", id, url.PathEscape(rest[0])), nil)
 	}
+}
+
+// anaGroupArg parses an ANA group ID argument.
+func anaGroupArg(v string) (uint32, error) {
+	n, err := strconv.ParseUint(v, 10, 32)
+	if err != nil || n < 1 || n > target.MaxANAGroups {
+		return 0, fmt.Errorf("ANA group %q: want 1 to %d", v, target.MaxANAGroups)
+	}
+	return uint32(n), nil
+}
+
+func adminANASet(c *cli.Context) error {
+	id, rest, err := portArg(c, 3, "ID GRPID STATE")
+	if err != nil {
+		return err
+	}
+	g, err := anaGroupArg(rest[0])
+	if err != nil {
+		return err
+	}
+	return adminChange(c, "PUT", fmt.Sprintf("/v1/ports/%d/ana_groups/%d", id, g), target.StateRequest{State: rest[1]})
+}
+
+func adminANARemove(c *cli.Context) error {
+	id, rest, err := portArg(c, 2, "ID GRPID")
+	if err != nil {
+		return err
+	}
+	g, err := anaGroupArg(rest[0])
+	if err != nil {
+		return err
+	}
+	return adminChange(c, "DELETE", fmt.Sprintf("/v1/ports/%d/ana_groups/%d", id, g), nil)
+}
+
+func adminANAGroup(c *cli.Context) error {
+	a, err := args(c, 3, "SUBNQN NSID GRPID")
+	if err != nil {
+		return err
+	}
+	nsid, err := target.ParseNSID(a[1])
+	if err != nil {
+		return err
+	}
+	g, err := anaGroupArg(a[2])
+	if err != nil {
+		return err
+	}
+	return adminChange(c, "PUT", fmt.Sprintf("/v1/subsystems/%s/namespaces/%d/ana_group", url.PathEscape(a[0]), nsid), target.GroupRequest{GrpID: g})
+}
+
+func adminALUASet(c *cli.Context) error {
+	a, err := args(c, 3, "iscsi|srp ID STATE")
+	if err != nil {
+		return err
+	}
+	if a[0] != "iscsi" && a[0] != "srp" {
+		return fmt.Errorf("transport %q: want iscsi or srp", a[0])
+	}
+	id, err := strconv.ParseUint(a[1], 10, 16)
+	if err != nil || id == 0 {
+		return fmt.Errorf("port group %q: want 1 to 65535", a[1])
+	}
+	return adminChange(c, "PUT", fmt.Sprintf("/v1/%s/port_groups/%d", a[0], id), target.StateRequest{State: a[2]})
 }
 
 func adminPortAdd(c *cli.Context) error {

@@ -160,13 +160,15 @@ func runTarget(c *cli.Context) error {
 		go serveMetrics(c.Context, metricsLn, newRegistry(run.Collector()), log)
 		fmt.Printf("  metrics: http://%s/metrics\n", metricsLn.Addr())
 	}
+	// SIGHUP is caught before the admin socket answers: whoever sees the
+	// target up may send it (a SIGHUP before Notify would kill it).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	if adminLn != nil {
 		go target.ServeAdmin(c.Context, adminLn, run.AdminHandler(reload, log), log)
 		fmt.Printf("  admin: rdisk admin --socket %s status\n", adminLn.Addr())
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	notifyReady(log, "serving")
 	for done := false; !done; {
 		select {
