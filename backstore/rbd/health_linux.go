@@ -24,6 +24,11 @@ const healthTTL = 2 * time.Second
 // without one they read 0 and are left out. The I/O counters are the
 // image's own.
 func (im *Image) Health() (backstore.Health, error) {
+	im.ctlMu.RLock()
+	defer im.ctlMu.RUnlock()
+	if im.closed.Load() {
+		return backstore.Health{}, fmt.Errorf("rbd %s: health: %w", im.name, backstore.ErrClosed)
+	}
 	im.healthMu.Lock()
 	defer im.healthMu.Unlock()
 	if !im.healthAt.IsZero() && time.Since(im.healthAt) < healthTTL {

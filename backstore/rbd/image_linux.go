@@ -64,6 +64,7 @@ type Image struct {
 	active    atomic.Int64 // I/Os started and not finished (Done returned)
 	closed    atomic.Bool
 	closeOnce sync.Once
+	ctlMu     sync.RWMutex // held shared by Resize, Rescan, Health, ClientAddress; Close takes it
 	wg        sync.WaitGroup
 
 	// The size watch.
@@ -177,7 +178,9 @@ func Open(cfg Config, log *slog.Logger) (*Image, error) {
 		im.watchHandle, im.watching = h, true
 	}
 	im.wg.Add(1)
-	go im.watcher()
+	go im.watcher(im.size.Load())
+	im.kick() // a resize between reading the size and setting the watch
+
 	im.log.Info("rbd: image open", "size", im.size.Load(), "block_size", im.bs, "read_only", im.readOnly,
 		"lock", string(cfg.Lock), "features", featureNames(im.features), "rbd_cache", im.cacheOn,
 		"zeroes_after_discard", im.zeroesAfterDiscard)
@@ -439,6 +442,11 @@ func (im *Image) Stats() backstore.Stats { return im.st.snapshot() }
 // ClientAddress returns this client's address as the OSDs see it (what
 // `ceph osd blocklist add` takes to fence this gateway).
 func (im *Image) ClientAddress() (string, error) {
+	im.ctlMu.RLock()
+	defer im.ctlMu.RUnlock()
+	if im.closed.Load() {
+		return "", fmt.Errorf("rbd %s: %w", im.name, backstore.ErrClosed)
+	}
 	a, err := im.conn.GetAddrs()
 	if err != nil {
 		return "", fmt.Errorf("rbd %s: rados_getaddrs: %w", im.name, err)
@@ -765,9 +773,12 @@ func (im *Image) Resize(size int64) error {
 	if im.readOnly {
 		return fmt.Errorf("resizing rbd %s: %w", im.name, backstore.ErrReadOnly)
 	}
+	im.ctlMu.RLock()
+	defer im.ctlMu.RUnlock()
 	if im.closed.Load() {
 		return fmt.Errorf("resizing rbd %s: %w", im.name, backstore.ErrClosed)
 	}
+	old = im.size.Load()
 	if size < old {
 		return fmt.Errorf("resizing rbd %s from %d to %d bytes: shrinking would drop the data past the new end: %w", im.name, old, size, backstore.ErrUnsupported)
 	}
@@ -783,6 +794,8 @@ func (im *Image) Resize(size int64) error {
 
 // Rescan implements backstore.Rescanner: re-reads the size (rbd_get_size).
 func (im *Image) Rescan() error {
+	im.ctlMu.RLock()
+	defer im.ctlMu.RUnlock()
 	if im.closed.Load() {
 		return fmt.Errorf("rescanning rbd %s: %w", im.name, backstore.ErrClosed)
 	}
@@ -835,9 +848,8 @@ func rdiskRBDWatch(arg C.uintptr_t) {
 // watcher re-reads the size when the header watch fires (librbd calls the
 // callback on its own thread, where calling back into librbd is not
 // safe).
-func (im *Image) watcher() {
+func (im *Image) watcher(told int64) {
 	defer im.wg.Done()
-	told := im.size.Load()
 	for {
 		select {
 		case <-im.watchStop:
@@ -864,6 +876,8 @@ func (im *Image) Close() error {
 	im.closeOnce.Do(func() {
 		err = nil
 		im.closed.Store(true)
+		im.ctlMu.Lock() // the control calls in progress end
+		defer im.ctlMu.Unlock()
 		for im.active.Load() > 0 {
 			time.Sleep(time.Millisecond)
 		}

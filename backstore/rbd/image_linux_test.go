@@ -523,39 +523,48 @@ func TestResizeAndWatch(t *testing.T) {
 
 // TestTwoGateways: two opens of one image (two rados clients, as two
 // gateways) write alternately in lock mode shared: no errors, each sees
-// the other's writes, no lock traffic.
+// the other's writes. The same rounds with one client, and in lock mode
+// auto (lock passed on every write), are logged for comparison.
 func TestTwoGateways(t *testing.T) {
 	t.Parallel()
 	l := getLab(t)
+	const rounds = 100
+	alternate := func(t *testing.T, a, b *Image) time.Duration {
+		p := make([]byte, 4096)
+		start := time.Now()
+		for i := range rounds {
+			w, r := a, b
+			if i%2 == 1 {
+				w, r = b, a
+			}
+			off := int64(i%16) * 4096
+			fillPattern(p, off, uint64(i))
+			if err := w.WriteAt(p, off, 0); err != nil {
+				t.Fatalf("round %d: write: %v", i, err)
+			}
+			clear(p)
+			if err := r.ReadAt(p, off); err != nil {
+				t.Fatalf("round %d: read: %v", i, err)
+			}
+			if at := checkPattern(p, off, uint64(i)); at >= 0 {
+				t.Fatalf("round %d: the other gateway reads old data at %d", i, at)
+			}
+		}
+		sa, sb := a.Stats(), b.Stats()
+		if e := sa.Errors() + sb.Errors(); e != 0 {
+			t.Errorf("%d errors", e)
+		}
+		return time.Since(start) / rounds
+	}
 	cfg := l.config(l.newImage(t, "16M", ""))
 	a, b := open(t, cfg), open(t, cfg)
-	p := make([]byte, 4096)
-	start := time.Now()
-	const rounds = 200
-	for i := range rounds {
-		w, r := a, b
-		if i%2 == 1 {
-			w, r = b, a
-		}
-		off := int64(i%16) * 4096
-		fillPattern(p, off, uint64(i))
-		if err := w.WriteAt(p, off, 0); err != nil {
-			t.Fatalf("round %d: write: %v", i, err)
-		}
-		clear(p)
-		if err := r.ReadAt(p, off); err != nil {
-			t.Fatalf("round %d: read: %v", i, err)
-		}
-		if at := checkPattern(p, off, uint64(i)); at >= 0 {
-			t.Fatalf("round %d: the other gateway reads old data at %d", i, at)
-		}
-	}
-	el := time.Since(start)
-	t.Logf("%d alternating write+read rounds in %v (%v per round)", rounds, el, el/rounds)
-	sa, sb := a.Stats(), b.Stats()
-	if e := sa.Errors() + sb.Errors(); e != 0 {
-		t.Errorf("%d errors", e)
-	}
+	shared := alternate(t, a, b)
+	single := alternate(t, a, a)
+	acfg := l.config(l.newImage(t, "16M", "default"))
+	acfg.Lock = LockAuto
+	aa, ab := open(t, acfg), open(t, acfg)
+	auto := alternate(t, aa, ab)
+	t.Logf("write+read round: %v with two gateways (lock shared), %v with one, %v with two in lock mode auto", shared, single, auto)
 }
 
 // TestLockModes: shared refuses an image with exclusive-lock (saying how
@@ -691,4 +700,46 @@ func TestFullAndTimeout(t *testing.T) {
 		t.Errorf("the timeout took %v (op_timeout 2s)", el)
 	}
 	t.Logf("read from a stopped OSD after %v: %v", time.Since(start).Round(time.Millisecond), err)
+}
+
+// TestCloseWaits: Close returns after every I/O in flight has run its
+// Done; I/O after Close is refused with ErrClosed, without Done.
+func TestCloseWaits(t *testing.T) {
+	t.Parallel()
+	l := getLab(t)
+	d, err := Open(l.config(l.newImage(t, "16M", "")), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 64
+	var dones atomic.Int32
+	ios := make([]backstore.AsyncIO, n)
+	for i := range ios {
+		ios[i] = backstore.AsyncIO{Op: backstore.AsyncWrite, Bufs: [][]byte{make([]byte, 8192)}, Off: int64(i) * 8192,
+			Done: func(io *backstore.AsyncIO) {
+				if io.Err != nil {
+					t.Errorf("write: %v", io.Err)
+				}
+				dones.Add(1)
+			}}
+		if err := d.Start(&ios[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := dones.Load(); got != n {
+		t.Fatalf("Close returned with %d of %d Done calls made", got, n)
+	}
+	io := &backstore.AsyncIO{Op: backstore.AsyncRead, Bufs: [][]byte{make([]byte, 512)}, Done: func(*backstore.AsyncIO) { t.Error("Done after Close") }}
+	if err := d.Start(io); !errors.Is(err, backstore.ErrClosed) {
+		t.Errorf("Start after Close: %v", err)
+	}
+	if _, err := d.Health(); !errors.Is(err, backstore.ErrClosed) {
+		t.Errorf("Health after Close: %v", err)
+	}
+	if err := d.Resize(32 << 20); !errors.Is(err, backstore.ErrClosed) {
+		t.Errorf("Resize after Close: %v", err)
+	}
 }
