@@ -5,6 +5,8 @@ package rbd
 import (
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -741,5 +743,45 @@ func TestCloseWaits(t *testing.T) {
 	}
 	if err := d.Resize(32 << 20); !errors.Is(err, backstore.ErrClosed) {
 		t.Errorf("Resize after Close: %v", err)
+	}
+}
+
+// TestFUAWithCache: with rbd_cache on, a FUA write is flushed before it
+// completes: another client reads it at once.
+func TestFUAWithCache(t *testing.T) {
+	t.Parallel()
+	l := getLab(t)
+	conf, err := os.ReadFile(l.conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached := filepath.Join(t.TempDir(), "ceph.conf")
+	if err := os.WriteFile(cached, []byte(strings.Replace(string(conf), "rbd cache = false", "rbd cache = true\nrbd cache policy = writeback\nrbd cache writethrough until flush = false\nrbd cache max dirty age = 60", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := l.config(l.newImage(t, "16M", ""))
+	ccfg := cfg
+	ccfg.ConfFile = cached
+	d := open(t, ccfg)
+	if !d.cacheOn {
+		t.Fatal("rbd_cache not seen on")
+	}
+	other := open(t, cfg)
+	p, q := make([]byte, 4096), make([]byte, 4096)
+	for i := range 8 {
+		off := int64(i) * 4096
+		fillPattern(p, off, 77)
+		if err := d.WriteAt(p, off, backstore.FUA); err != nil {
+			t.Fatal(err)
+		}
+		if err := other.ReadAt(q, off); err != nil {
+			t.Fatal(err)
+		}
+		if at := checkPattern(q, off, 77); at >= 0 {
+			t.Fatalf("FUA write %d not on the OSDs: differs at %d", i, at)
+		}
+	}
+	if s := d.Stats(); s.FUAWrites != 8 || s.Write.Ops != 8 {
+		t.Errorf("stats %+v", s)
 	}
 }
