@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -64,7 +65,9 @@ func startLab() *lab {
 		if err != nil {
 			return &lab{err: err}
 		}
-		out, err := exec.Command(labScript(), "start", dir).CombinedOutput()
+		cmd := exec.Command(labScript(), "start", dir)
+		cmd.Env = append(os.Environ(), "CEPH_LAB_WATCH_PID="+strconv.Itoa(os.Getpid()))
+		out, err := cmd.CombinedOutput()
 		if err == nil {
 			return &lab{dir: dir, conf: filepath.Join(dir, "ceph.conf")}
 		}

@@ -14,7 +14,8 @@ case $DIR in /*) ;; *) DIR=$PWD/$DIR ;; esac
 
 if [ "$CMD" = stop ]; then
 	if [ -f "$DIR/pids" ]; then
-		while read -r _ pid; do kill -9 "$pid" 2>/dev/null || true; done <"$DIR/pids"
+		# (The watcher runs this stop itself, under its own PID: skip it.)
+		while read -r _ pid; do [ "$pid" = $$ ] || kill -9 "$pid" 2>/dev/null || true; done <"$DIR/pids"
 	fi
 	rm -f "$DIR/pids"
 	[ "${3:-}" = keep ] || rm -rf "$DIR"
@@ -108,4 +109,11 @@ timeout 60 rbd pool init rbd
 timeout 60 rbd create --size "${CEPH_LAB_IMAGE_SIZE:-256M}" --image-feature "${CEPH_LAB_IMAGE_FEATURES:-layering}" rbd/test
 timeout 30 rbd ls rbd >/dev/null
 echo "$PORT" >"$DIR/mon-port"
+if [ -n "${CEPH_LAB_WATCH_PID:-}" ]; then
+	# Stop the cluster when that process ends (a test binary that panicked
+	# or was killed never runs its cleanup).
+	setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; exec "$2" stop "$3"' _ \
+		"$CEPH_LAB_WATCH_PID" "$SELF" "$DIR" </dev/null >/dev/null 2>&1 &
+	echo "watch $!" >>"$DIR/pids"
+fi
 echo "export CEPH_CONF=$CEPH_CONF"
