@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
 
 	"github.com/rdisk/rdisk/blockdev"
+	"github.com/rdisk/rdisk/initiator"
+	"github.com/rdisk/rdisk/initiator/multipath"
 	"github.com/rdisk/rdisk/internal/bench"
 	"github.com/rdisk/rdisk/internal/plot"
 	"github.com/rdisk/rdisk/internal/units"
@@ -18,7 +21,7 @@ func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "bench",
 		Usage:     "load-test a remote disk, fio style (random/sequential read/write, latency percentiles, --verify)",
-		ArgsUsage: "URL (nvme://HOST[:PORT]/SUBNQN[/NSID] (RDMA; also nvme+rdma://), nvme+tcp://HOST[:PORT]/SUBNQN[/NSID], iser://HOST[:PORT]/IQN/LUN, iscsi://HOST[:PORT]/IQN/LUN, srp://HOST[:PORT]/ID_EXT/IOC_GUID/LUN)",
+		ArgsUsage: "URL... (nvme://HOST[:PORT]/SUBNQN[/NSID] (RDMA; also nvme+rdma://), nvme+tcp://HOST[:PORT]/SUBNQN[/NSID], iser://HOST[:PORT]/IQN/LUN, iscsi://HOST[:PORT]/IQN/LUN, srp://HOST[:PORT]/ID_EXT/IOC_GUID/LUN; several URLs: paths of one disk, used with multipath failover as rdisk connect does)",
 		Flags: append(append(append(append(hostIDFlags(), iscsiFlags()...), digestFlags()...), dhchapFlags()...),
 			&cli.StringFlag{Name: "rw", Value: "randread", Usage: "read, write, randread, randwrite or randrw"},
 			&cli.IntFlag{Name: "mix", Value: 50, Usage: "percentage of reads of randrw"},
@@ -35,72 +38,111 @@ func benchCommand() *cli.Command {
 			&cli.StringFlag{Name: "plot", Usage: "draw IOPS/bandwidth over time and the latency distribution to FILE.svg or FILE.png"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line"},
 			cpusFlag("CPUs (Go Ps) to use", "one per queue, like fio's thread per job, up to $GOMAXPROCS or all CPUs"),
+			policyFlag(),
+			&cli.DurationFlag{Name: "loss-timeout", Value: initiator.DefaultLossTimeout, Usage: "with several URLs: how long I/O waits while no path is usable before it fails"},
+			&cli.DurationFlag{Name: "reconnect-delay", Value: initiator.DefaultReconnectDelay, Usage: "with several URLs: pause between a lost path's reconnection attempts"},
 		),
 		Action: runBench,
 	}
 }
 
-// openDevice opens the remote disk a URL names, choosing the protocol by
-// the scheme.
-func openDevice(c *cli.Context, rawURL string, queues, depth int) (blockdev.Device, func(), error) {
+// ownedNVMe is an NVMe namespace with the RDMA provider opened for it:
+// closing it closes both.
+type ownedNVMe struct {
+	nvmeDevice
+	p interface{ Close() error }
+}
+
+func (d ownedNVMe) Close() error {
+	err := d.nvmeDevice.Close()
+	d.p.Close()
+	return err
+}
+
+// openDevice connects to one URL; closing the device releases everything
+// opened for it.
+func openDevice(ctx context.Context, c *cli.Context, rawURL string, queues, depth int) (blockdev.Device, error) {
 	scheme, _, _ := strings.Cut(rawURL, "://")
 	switch strings.ToLower(scheme) {
 	case "nvme", "nvme+rdma", "nvme+tcp":
 	case "iser", "iscsi":
 		o, err := iscsiOptionsFromFlags(c)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		o.QueueDepth = max(depth, 2)
-		d, err := openISCSIDevice(c.Context, rawURL, o)
-		if err != nil {
-			return nil, nil, err
-		}
-		return d, func() { d.Close() }, nil
+		return openISCSIDevice(ctx, rawURL, o)
 	case "srp":
 		log, err := logger(c)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		choice, err := rdmaOf(c)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		d, err := openSRPDevice(c.Context, rawURL, srpOptions{Queues: queues, Depth: depth, Logger: log, RDMA: choice})
-		if err != nil {
-			return nil, nil, err
-		}
-		return d, func() { d.Close() }, nil
+		return openSRPDevice(ctx, rawURL, srpOptions{Queues: queues, Depth: depth, Logger: log, RDMA: choice})
 	default:
-		return nil, nil, fmt.Errorf("URL %q: want %s, iser://, iscsi:// or srp://", rawURL, nvmeURLUsage)
+		return nil, fmt.Errorf("URL %q: want %s, iser://, iscsi:// or srp://", rawURL, nvmeURLUsage)
 	}
 	u, err := subsystemURL(rawURL)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	cfg, p, err := nvmeSetup(c)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := applyURL(c, &cfg, u); err != nil {
 		p.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	cfg.IOQueues, cfg.QueueDepth = queues, max(depth, 2)
 	if k := c.Duration("kato"); k != 0 {
 		cfg.KATO = k
 	}
-	ns, err := host.Open(c.Context, p, u, cfg)
+	ns, err := host.Open(ctx, p, u, cfg)
 	if err != nil {
 		p.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	return ns, func() { ns.Close(); p.Close() }, nil
+	return ownedNVMe{nvmeDevice{ns}, p}, nil
+}
+
+// openDisk opens the disk bench and cp work on: one URL, or several
+// paths to one disk through a multipath device over reconnecting
+// sessions (--policy, --loss-timeout), which logs the paths' state
+// changes.
+func openDisk(c *cli.Context, urls []string, queues, depth int) (blockdev.Device, error) {
+	if len(urls) == 1 {
+		return openDevice(c.Context, c, urls[0], queues, depth)
+	}
+	policy, err := multipath.ParsePolicy(c.String("policy"))
+	if err != nil {
+		return nil, fmt.Errorf("--policy: %w", err)
+	}
+	log, err := logger(c)
+	if err != nil {
+		return nil, err
+	}
+	dial := func(ctx context.Context, u string) (blockdev.Device, error) {
+		return openDevice(ctx, c, u, queues, depth)
+	}
+	dialers := initiator.Dialers{}
+	for _, s := range []string{"nvme", "nvme+rdma", "nvme+tcp", "iser", "iscsi", "srp"} {
+		dialers[s] = dial
+	}
+	d, err := initiator.DialMultipath(c.Context, initiator.MultipathConfig{URLs: urls, Dialers: dialers, Policy: policy,
+		LossTimeout: c.Duration("loss-timeout"), ReconnectDelay: c.Duration("reconnect-delay"), Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("multipath over %d URLs: %w", len(urls), err)
+	}
+	return d, nil
 }
 
 func runBench(c *cli.Context) error {
-	if c.NArg() != 1 {
-		return fmt.Errorf("bench takes one URL (%s, iser://, iscsi:// or srp://), got %d arguments", nvmeURLUsage, c.NArg())
+	if c.NArg() < 1 {
+		return fmt.Errorf("bench takes a URL (%s, iser://, iscsi:// or srp://), or several for the paths of one disk", nvmeURLUsage)
 	}
 	pat, err := bench.ParsePattern(c.String("rw"))
 	if err != nil {
@@ -142,11 +184,12 @@ func runBench(c *cli.Context) error {
 	}
 	// Jobs share queues when there are fewer queues than jobs.
 	depth := qd * ((jobs + queues - 1) / queues)
-	dev, closeDev, err := openDevice(c, c.Args().First(), queues, depth)
+	disk, err := openDisk(c, c.Args().Slice(), queues, depth)
 	if err != nil {
 		return err
 	}
-	defer closeDev()
+	defer disk.Close()
+	dev := disk
 	var rec *plot.Recorder
 	if c.String("plot") != "" {
 		rec = plot.NewRecorder(dev, 0)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rdisk/rdisk/initiator"
+	"github.com/rdisk/rdisk/initiator/multipath"
 	"github.com/rdisk/rdisk/internal/units"
 	"github.com/rdisk/rdisk/nvmeof/host"
 	"github.com/urfave/cli/v2"
@@ -24,7 +25,7 @@ func connectCommandWith(mk dialerFactory) *cli.Command {
 	return &cli.Command{
 		Name:      "connect",
 		Usage:     "connect to a remote disk and export it locally (NBD socket, FUSE file)",
-		ArgsUsage: "URL (nvme://HOST[:PORT]/SUBNQN[/NSID] (RDMA; also nvme+rdma://), nvme+tcp://HOST[:PORT]/SUBNQN[/NSID], iser://, iscsi://, srp://)",
+		ArgsUsage: "URL... (nvme://HOST[:PORT]/SUBNQN[/NSID] (RDMA; also nvme+rdma://), nvme+tcp://HOST[:PORT]/SUBNQN[/NSID], iser://, iscsi://, srp://; several URLs: the paths of one disk through several gateways)",
 		Description: `Adds a session to the initiator daemon (starting it when it is not running)
 and exports the disk:
 
@@ -34,7 +35,16 @@ and exports the disk:
 
 With neither, the disk is served on the NBD socket /run/rdisk/NAME.nbd. If the
 connection drops, I/O is retried on a new connection for --loss-timeout, then
-fails with EIO. --hdr-digest and --data-digest (NVMe/TCP) and the DH-HMAC-CHAP
+fails with EIO.
+
+Several URLs name paths to one disk (the same disk exported by several rdisk
+gateways, e.g. one Ceph RBD image): the session uses every path, choosing by
+the paths' ANA/ALUA states (optimized first, then non-optimized; --policy
+round-robin among them, or queue-depth: the least busy), fails I/O over to
+another path when one is lost or refuses it (ANA inaccessible, ALUA standby),
+and waits up to --loss-timeout while no path is usable. Paths that do not
+connect at first keep being tried and join later. Flushes go to every path
+that carried writes since its last flush. rdisk list shows the paths. --hdr-digest and --data-digest (NVMe/TCP) and the DH-HMAC-CHAP
 secrets (--dhchap-secret, --dhchap-ctrl-secret: used for any NVMe-oF controller
 that asks for in-band authentication) are settings of the initiator daemon: they
 apply when connect starts it (or with --foreground).`,
@@ -45,6 +55,7 @@ apply when connect starts it (or with --foreground).`,
 			&cli.BoolFlag{Name: "read-only", Usage: "export the disk read-only"},
 			&cli.BoolFlag{Name: "foreground", Usage: "run the daemon in this process with this session (until interrupted)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the session as JSON"},
+			policyFlag(),
 			controlFlag(),
 		}, sessionFlags()...), append(append(hostIDFlags(), digestFlags()...), dhchapFlags()...)...),
 		Action: func(c *cli.Context) error { return runConnect(c, mk) },
@@ -52,10 +63,18 @@ apply when connect starts it (or with --foreground).`,
 }
 
 func runConnect(c *cli.Context, mk dialerFactory) error {
-	if c.NArg() != 1 {
-		return fmt.Errorf("connect takes one URL (%s, iser://, iscsi:// or srp://), got %d arguments", nvmeURLUsage, c.NArg())
+	if c.NArg() < 1 {
+		return fmt.Errorf("connect takes a URL (%s, iser://, iscsi:// or srp://), or several for the paths of one disk", nvmeURLUsage)
+	}
+	if _, err := multipath.ParsePolicy(c.String("policy")); err != nil {
+		return fmt.Errorf("--policy: %w", err)
 	}
 	spec := initiator.ConnectSpec{URL: c.Args().First(), Name: c.String("name"), NBD: c.StringSlice("nbd"), ReadOnly: c.Bool("read-only")}
+	if c.NArg() > 1 {
+		spec.URL, spec.URLs, spec.Policy = "", c.Args().Slice(), c.String("policy")
+	} else if c.IsSet("policy") {
+		return fmt.Errorf("--policy chooses among the paths of several URLs; connect got one")
+	}
 	if dir := c.String("fuse"); dir != "" {
 		abs, err := filepath.Abs(dir)
 		if err != nil {
@@ -103,6 +122,11 @@ func runConnect(c *cli.Context, mk dialerFactory) error {
 	}
 	printConnected(c, resp.Sessions[0])
 	return nil
+}
+
+// policyFlag is --policy, the path selector of several URLs.
+func policyFlag() cli.Flag {
+	return &cli.StringFlag{Name: "policy", Value: "round-robin", Usage: "with several URLs: round-robin over the best paths, or queue-depth (the path with the fewest I/Os in flight)"}
 }
 
 // startDaemon starts `rdisk daemon --exit-when-idle` in the background,
@@ -183,7 +207,10 @@ func printConnected(c *cli.Context, si initiator.SessionInfo) {
 		fmt.Fprintln(w, string(b))
 		return
 	}
-	fmt.Fprintf(w, "connected %s: %s (%s, %d-byte blocks)\n", si.Name, si.URL, units.FormatSize(si.Size), si.BlockSize)
+	fmt.Fprintf(w, "connected %s: %s (%s, %d-byte blocks)\n", si.Name, sessionURL(si), units.FormatSize(si.Size), si.BlockSize)
+	for _, p := range si.Paths {
+		fmt.Fprintf(w, "  path  %s: %s, %s\n", p.URL, p.State, p.Access)
+	}
 	for _, e := range si.Exports {
 		kind, addr, _ := strings.Cut(e, " ")
 		hint := ""

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,13 +58,39 @@ func runSessionList(c *cli.Context) error {
 		st := s.Stats
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Name, s.State, s.Protocol, units.FormatSize(s.Size),
 			st.Reads, st.Writes, units.FormatSize(int64(st.BytesRead)), units.FormatSize(int64(st.BytesWritten)), st.Flushes,
-			st.Errors, st.Retries, st.Reconnects, strings.Join(s.Exports, ", "), s.URL)
+			st.Errors, st.Retries, st.Reconnects, strings.Join(s.Exports, ", "), sessionURL(s))
 	}
 	tw.Flush()
+	for _, s := range sessions {
+		if len(s.Paths) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s: %d paths (%s)\n", s.Name, len(s.Paths), s.Policy)
+		pw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(pw, "  PATH\tSTATE\tCONNECTION\tACCESS\tIN FLIGHT\tCOMPLETED\tERRORS\tFAILOVERS\tRECONNECTS\tSINCE")
+		for _, p := range s.Paths {
+			fmt.Fprintf(pw, "  %s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", p.URL, p.State, cmp.Or(p.Connection, "-"), p.Access,
+				p.InFlight, p.Completed, p.Errors, p.Failovers, p.Reconnects, p.Since.Format(time.TimeOnly))
+		}
+		pw.Flush()
+		for _, p := range s.Paths {
+			if p.LastError != "" && p.State != "live" {
+				fmt.Fprintf(w, "  %s: %s\n", p.URL, p.LastError)
+			}
+		}
+	}
 	for _, s := range sessions {
 		if s.State != initiator.StateLive.String() && s.LastError != "" {
 			fmt.Fprintf(w, "%s: %s since %s: %s\n", s.Name, s.State, s.Since.Format(time.TimeOnly), s.LastError)
 		}
 	}
 	return nil
+}
+
+// sessionURL is a session's URL, or its paths' for a multipath one.
+func sessionURL(s initiator.SessionInfo) string {
+	if len(s.URLs) > 0 {
+		return strings.Join(s.URLs, " ")
+	}
+	return s.URL
 }

@@ -54,6 +54,8 @@ var (
 	descSessOps        = prometheus.NewDesc("rdisk_initiator_session_ops_total", "Requests completed, by operation.", []string{"session", "op"}, nil)
 	descSessBytes      = prometheus.NewDesc("rdisk_initiator_session_bytes_total", "Bytes moved, by operation.", []string{"session", "op"}, nil)
 	descSessErrors     = prometheus.NewDesc("rdisk_initiator_session_errors_total", "Requests that failed.", []string{"session"}, nil)
+	descSessPaths      = prometheus.NewDesc("rdisk_initiator_session_paths", "Paths of the session (several for a multipath session).", []string{"session"}, nil)
+	descSessUsable     = prometheus.NewDesc("rdisk_initiator_session_usable_paths", "Paths serving I/O now (live, in a usable ANA/ALUA state).", []string{"session"}, nil)
 )
 
 func (s sessionCollector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(s, ch) }
@@ -73,6 +75,8 @@ func (s sessionCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSessBytes, prometheus.CounterValue, float64(st.ReadBytes), st.Name, "read")
 		ch <- prometheus.MustNewConstMetric(descSessBytes, prometheus.CounterValue, float64(st.WriteBytes), st.Name, "write")
 		ch <- prometheus.MustNewConstMetric(descSessErrors, prometheus.CounterValue, float64(st.Errors), st.Name)
+		ch <- prometheus.MustNewConstMetric(descSessPaths, prometheus.GaugeValue, float64(st.Paths), st.Name)
+		ch <- prometheus.MustNewConstMetric(descSessUsable, prometheus.GaugeValue, float64(st.UsablePaths), st.Name)
 	}
 }
 
