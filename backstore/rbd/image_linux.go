@@ -455,7 +455,8 @@ func (im *Image) ClientAddress() (string, error) {
 }
 
 // Start implements backstore.AsyncDisk: the operation is submitted to
-// librbd and Done runs on one of the image's completion goroutines.
+// librbd and Done runs on one of the image's completion goroutines. With
+// Config.MaxInFlight I/Os already in flight, Start waits for one to end.
 func (im *Image) Start(io *backstore.AsyncIO) error {
 	if io == nil || io.Done == nil {
 		return errors.New("rbd: Start without an AsyncIO or its Done")
@@ -869,8 +870,9 @@ func (im *Image) watcher(told int64) {
 	}
 }
 
-// Close implements backstore.Disk: waits for the I/O in flight, then
-// closes the image and the cluster connection.
+// Close implements backstore.Disk: waits for the I/O in flight (their
+// Done functions included, so Close must not be called from a Done),
+// then closes the image and the cluster connection.
 func (im *Image) Close() error {
 	err := fmt.Errorf("closing rbd %s: %w", im.name, backstore.ErrClosed)
 	im.closeOnce.Do(func() {
