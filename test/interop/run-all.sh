@@ -30,6 +30,8 @@
 #                         indirect_sg_entries=64: tables of more than 2 entries
 #                         stay outside the IU and the target fetches them
 # (the guest script checks the target's descriptor counters in these two)
+#   nvme-multipath        run-nvme-multipath.sh (Linux native NVMe multipath over
+#                         two rdisk gateways with ANA groups; nvme-tcp)
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 LAB=${LAB:-../shared/lab}
@@ -69,7 +71,7 @@ run() {
   t0=$SECONDS
   # The runs' own settings only: unset what selects a variant.
   env -u NVME_BACKING -u NVME_TRANSPORT -u NVME_DIGEST -u NVME_HOST_TRANSPORT -u NVME_HOST_DIGEST -u SRP_MODPARAMS -u SRP_EXTRA RPING_LOG="$dir/$name.log" NVME_LOG="$dir/$name.log" NVME_HOST_LOG="$dir/$name.log" \
-    ISER_LOG="$dir/$name.log" SRP_LOG="$dir/$name.log" "$@" \
+    ISER_LOG="$dir/$name.log" SRP_LOG="$dir/$name.log" MPATH_LOG="$dir/$name.log" "$@" \
     "$ROOT/test/interop/$script" >"$dir/$name.out" 2>&1
   rc=$?
   t=$((SECONDS - t0))
@@ -105,6 +107,7 @@ run iser-linux run-iser-linux.sh
 run srp-linux run-srp-linux-initiator.sh
 run srp-linux-indirect run-srp-linux-initiator.sh "SRP_MODPARAMS=$indirect"
 run srp-linux-external run-srp-linux-initiator.sh "SRP_MODPARAMS=$external"
+run nvme-multipath run-nvme-multipath.sh
 total=$((SECONDS - t_all))
 echo
 echo "=== interop summary ==="
