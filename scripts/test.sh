@@ -63,13 +63,15 @@ else
 fi
 
 # The Ceph RBD backstore against a throwaway cluster it starts (about 15 s,
-# 30 s with -race; the tests skip without ceph-mon/ceph-osd).
+# 30 s with -race; the tests skip without ceph-mon/ceph-osd), and two
+# gateways over one image with rdisk bench --verify through both (10 s).
 if [ -e /usr/include/rbd/librbd.h ] && [ -e /usr/include/rados/librados.h ]; then
-	echo "== go vet / build / test -tags ceph,pacific (backstore/rbd)"
-	go vet -tags ceph,pacific ./backstore/rbd/
+	echo "== go vet / build / test -tags ceph,pacific (backstore/rbd, gateways over RBD)"
+	go vet -tags ceph,pacific ./backstore/rbd/ ./cmd/rdisk/
 	go build -tags ceph,pacific -o /dev/null ./cmd/rdisk
 	go test -tags ceph,pacific -count=1 -timeout 10m ./backstore/rbd/
 	go test -race -tags ceph,pacific -count=1 -timeout 10m ./backstore/rbd/
+	go test -tags ceph,pacific -count=1 -timeout 10m -run 'TestCeph' ./cmd/rdisk/
 else
 	echo "== -tags ceph,pacific skipped: librbd-dev/librados-dev missing (not root?)"
 fi

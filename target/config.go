@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
@@ -407,6 +408,14 @@ func checkDevicePath(path string) error {
 // or a regular file, read-only when readOnly is set. blockSize 0 means
 // 512 (block devices use their logical block size).
 func OpenDevice(path string, blockSize int, readOnly bool) (backstore.Disk, error) {
+	return openDevice(path, blockSize, readOnly, nil)
+}
+
+// openDevice is OpenDevice with the logger of disks that log (RBD).
+func openDevice(path string, blockSize int, readOnly bool, log *slog.Logger) (backstore.Disk, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	if strings.HasPrefix(path, "rbd:") {
 		c, err := rbd.ParseURI(path)
 		if err != nil {
@@ -416,7 +425,7 @@ func OpenDevice(path string, blockSize int, readOnly bool) (backstore.Disk, erro
 			c.BlockSize = blockSize
 		}
 		c.ReadOnly = c.ReadOnly || readOnly
-		img, err := rbd.Open(c, nil)
+		img, err := rbd.Open(c, log)
 		if err != nil {
 			return nil, err // not a typed nil in the interface
 		}

@@ -116,7 +116,9 @@ func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (
 	}
 	open := c.OpenDevice
 	if open == nil {
-		open = OpenDevice
+		open = func(path string, blockSize int, readOnly bool) (backstore.Disk, error) {
+			return openDevice(path, blockSize, readOnly, log)
+		}
 	}
 	r := &Running{T: t, p: p, open: open, log: log, hook: hook, cfg: &Config{},
 		subs: map[string]*nvmet.Subsystem{}, disks: map[nsKey]backstore.Disk{}, lus: map[nsKey]*scsi.LU{}}
