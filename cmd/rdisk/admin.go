@@ -62,7 +62,7 @@ the difference. The socket speaks HTTP with JSON: curl --unix-socket
 			{Name: "ns", Usage: "namespaces", Subcommands: []*cli.Command{
 				{Name: "add", Usage: "add a namespace", ArgsUsage: "SUBNQN",
 					Flags: []cli.Flag{nsid,
-						&cli.StringFlag{Name: "device", Required: true, Usage: "backing: a file, a block device, ram:SIZE or null:SIZE"},
+						&cli.StringFlag{Name: "device", Required: true, Usage: "backing: a file, a block device, ram:SIZE, null:SIZE or rbd:POOL/IMAGE (Ceph build)"},
 						&cli.IntFlag{Name: "block-size", Usage: "logical block size of a RAM disk or file (512 or 4096)"},
 						&cli.BoolFlag{Name: "read-only", Usage: "export write-protected"},
 						&cli.BoolFlag{Name: "disabled", Usage: "configure it but keep it invisible to hosts"},
