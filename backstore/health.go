@@ -23,6 +23,9 @@ const (
 	// SourceSCSI: SCSI LOG SENSE pages (temperature, informational
 	// exceptions, error counters, solid state media, background scan).
 	SourceSCSI
+	// SourceCluster: a distributed store's own state (Ceph: pool full and
+	// nearfull flags, health checks), mapped to warnings.
+	SourceCluster
 )
 
 // String returns the source's name.
@@ -38,6 +41,8 @@ func (s HealthSource) String() string {
 		return "nvme"
 	case SourceSCSI:
 		return "scsi"
+	case SourceCluster:
+		return "cluster"
 	}
 	return "unknown"
 }
