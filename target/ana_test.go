@@ -95,6 +95,9 @@ func TestANAConfigLive(t *testing.T) {
 	if st.Namespaces[0].ANAGroup != 2 || st.Namespaces[1].ANAGroup != 2 {
 		t.Fatalf("status namespaces' groups %d %d", st.Namespaces[0].ANAGroup, st.Namespaces[1].ANAGroup)
 	}
+	if ms := gather(t, run.Collector(), "rdisk_ana_group_state", map[string]string{"port": "1", "group": "2"}); len(ms) != 1 || ms[0].GetLabel()[2].GetValue() != "inaccessible" {
+		t.Fatalf("rdisk_ana_group_state of group 2: %v", ms)
+	}
 	// The model holds the change in nvmetcli's form: a restart serves it.
 	c := run.Config()
 	if g, _ := c.Subsystems[0].Namespaces[0].anaGroupID(); g != 2 {

@@ -65,6 +65,8 @@ var (
 		"Logged-in SRP channels.", []string{"port"}, nil)
 	descPortListening = prometheus.NewDesc("rdisk_port_listening",
 		"An NVMe-oF port of the model: 1 listening, 0 disabled.", []string{"port", "trtype", "addr"}, nil)
+	descANAState = prometheus.NewDesc("rdisk_ana_group_state",
+		"The ANA state of a group on an NVMe-oF port (1 for the state it is in).", []string{"port", "group", "state"}, nil)
 	descNSInFlight = prometheus.NewDesc("rdisk_namespace_inflight",
 		"Requests in flight on a namespace's disk.", []string{"subsystem", "nsid"}, nil)
 	descNSErrors = prometheus.NewDesc("rdisk_namespace_errors_total",
@@ -176,6 +178,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		addr, up := p.Addr.TrAddr+":"+p.Addr.TrSvcID, 0.0
 		if lp := r.T.Port(p.PortID); lp != nil {
 			addr, up = lp.Addr().String(), 1
+			for g, st := range lp.ANAStates() {
+				ch <- prometheus.MustNewConstMetric(descANAState, prometheus.GaugeValue, 1, strconv.Itoa(int(p.PortID)), strconv.Itoa(int(g)), st.String())
+			}
 		}
 		ch <- prometheus.MustNewConstMetric(descPortListening, prometheus.GaugeValue, up, strconv.Itoa(int(p.PortID)), tr, addr)
 	}
