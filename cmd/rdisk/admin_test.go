@@ -165,6 +165,11 @@ func TestAdminCLI(t *testing.T) {
 		{[]string{"status"}, "ram:4MiB"},
 		{[]string{"port", "disable", "1"}, "port 1: disabled"},
 		{[]string{"port", "enable", "1"}, "port 1: enabled"},
+		{[]string{"ana", "set", "1", "2", "non-optimized"}, "port 1 ANA group 2: non-optimized"},
+		{[]string{"ana", "group", adminNQN, "1", "2"}, "namespace 1: ANA group 2"},
+		{[]string{"status"}, "1:optimized 2:non-optimized"},
+		{[]string{"gateway", "standby"}, "port 1 ANA group 2: inaccessible"},
+		{[]string{"ana", "rm", "1", "2"}, "port 1 ANA group 2: removed"},
 	}
 	for _, s := range steps {
 		out, err := admin(s.args...)
@@ -182,6 +187,11 @@ func TestAdminCLI(t *testing.T) {
 		{[]string{"lun", "map", adminNQN, "1"}, "needs --iscsi IQN or --srp PORT"},
 		{[]string{"close", "nvme", adminNQN}, "admin close takes"},
 		{[]string{"save", "--format", "yaml"}, `--format "yaml"`},
+		{[]string{"ana", "set", "1", "0", "optimized"}, `ANA group "0": want 1 to 128`},
+		{[]string{"ana", "set", "1", "3", "sideways"}, `state "sideways"`},
+		{[]string{"ana", "set", "7", "3", "optimized"}, "port 7: not found"},
+		{[]string{"alua", "set", "iscsi", "1", "standby"}, "rdisk_iscsi: not found"},
+		{[]string{"alua", "set", "fc", "1", "standby"}, `transport "fc"`},
 		{[]string{"iscsi", "add", "iqn.2026-12.io.rdisk:x"}, "no rdisk_iscsi section is served"},
 		{[]string{"acl", "set", "iqn.2026-12.io.rdisk:x", "iqn.2026-12.io.rdisk:i", "--map", "5"}, `--map "5": want MAPPED=LUN`},
 		{[]string{"acl", "set", "iqn.2026-12.io.rdisk:x", "iqn.2026-12.io.rdisk:i", "--map", "5=1:ro"}, "iscsi target iqn.2026-12.io.rdisk:x: not found"},
