@@ -95,6 +95,23 @@ type ZeroWriter interface {
 	WriteZeroes(off, length int64, flags WriteFlags) error
 }
 
+// CompareWriter is implemented by disks whose store compares and writes
+// atomically itself, for every client at once (Ceph RBD's
+// rbd_aio_compare_and_write on the OSD), so that COMPARE AND WRITE stays
+// atomic when several gateways serve the disk (a gateway's own range lock
+// only orders its own commands).
+type CompareWriter interface {
+	// CompareAndWrite writes data at off only if the disk holds cmp
+	// there (cmp and data of one block-aligned length, at most
+	// CompareAndWriteMax). When they differ it writes nothing and returns
+	// the byte offset in cmp of the first difference (with an error);
+	// otherwise mismatch is -1.
+	CompareAndWrite(cmp, data []byte, off int64) (mismatch int64, err error)
+	// CompareAndWriteMax is the longest range CompareAndWrite takes, in
+	// bytes; longer ones are compared and written by the caller.
+	CompareAndWriteMax() int
+}
+
 // Resizer is implemented by disks whose capacity can change while serving.
 type Resizer interface {
 	// Resize changes the capacity to size bytes (a positive multiple of the

@@ -377,6 +377,20 @@ func execCompareAndWrite(lu *LU, c *Command, b cdb, it *itl) {
 		return
 	}
 	defer lu.ranges.unlock(c, lm)
+	if cw, ok := lu.disk.(backstore.CompareWriter); ok && half <= uint64(cw.CompareAndWriteMax()) {
+		// The store compares and writes atomically for every gateway
+		// serving it, not only against this LU's own commands.
+		off, err := cw.CompareAndWrite(data[:half], data[half:], int64(lba<<lu.shift))
+		switch {
+		case off >= 0:
+			c.fail(miscompare(off))
+		case err != nil:
+			c.fail(lu.ioSense(err, true, lba))
+		default:
+			c.xfer = need
+		}
+		return
+	}
 	off, s, ok := lu.compareMedia(lba, data[:half])
 	switch {
 	case !ok:

@@ -529,3 +529,64 @@ func TestBackstoreErrorMapping(t *testing.T) {
 		expect(t, none(f.s1, rw10(OpSyncCache10, 0, 0, 0)), tc.key, tc.writeASC)
 	}
 }
+
+// storeCAW is a RAM disk whose store compares and writes itself (as an RBD
+// image does on the OSD), up to max bytes, counting the calls.
+type storeCAW struct {
+	*backstore.Mem
+	max   int
+	mu    sync.Mutex
+	calls int
+}
+
+func (d *storeCAW) CompareAndWriteMax() int { return d.max }
+
+func (d *storeCAW) CompareAndWrite(cmp, data []byte, off int64) (int64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.calls++
+	cur := make([]byte, len(cmp))
+	if err := d.ReadAt(cur, off); err != nil {
+		return -1, err
+	}
+	for i := range cur {
+		if cur[i] != cmp[i] {
+			return int64(i), errors.New("store: miscompare")
+		}
+	}
+	return -1, d.WriteAt(data, off, 0)
+}
+
+// TestCompareAndWriteByStore: a disk that compares and writes in its store
+// (backstore.CompareWriter) gets COMPARE AND WRITE within its limit, so it
+// stays atomic across gateways; a miscompare reports the store's offset;
+// longer ones are compared by the LU as before.
+func TestCompareAndWriteByStore(t *testing.T) {
+	t.Parallel()
+	d := &storeCAW{Mem: newMem(t, testBlocks, testBS), max: testBS}
+	f := newFixture(t, d, LUConfig{})
+	a := bytes.Repeat([]byte{'A'}, testBS)
+	good(t, out(f.s1, rw16(OpWrite16, 7, 1, 0), a))
+	buf := append(bytes.Clone(a), bytes.Repeat([]byte{'B'}, testBS)...)
+	buf[100] = 'x'
+	c := out(f.s1, caw(7, 1, 0), buf)
+	expect(t, c, KeyMiscompare, ASCMiscompareDuringVerify)
+	if s := sense(t, c); s.Information != 100 {
+		t.Errorf("miscompare offset %d, want 100", s.Information)
+	}
+	buf[100] = 'A'
+	good(t, out(f.s1, caw(7, 1, 0), buf))
+	if !bytes.Equal(data(in(f.s1, rw16(OpRead16, 7, 1, 0), testBS)), buf[testBS:]) {
+		t.Fatal("COMPARE AND WRITE did not write")
+	}
+	if d.calls != 2 {
+		t.Fatalf("the store compared %d times, want 2", d.calls)
+	}
+	// Two blocks: beyond the store's limit, the LU compares.
+	two := bytes.Repeat([]byte{'C'}, 2*testBS)
+	good(t, out(f.s1, rw16(OpWrite16, 8, 2, 0), two))
+	good(t, out(f.s1, caw(8, 2, 0), append(bytes.Clone(two), make([]byte, 2*testBS)...)))
+	if d.calls != 2 {
+		t.Fatalf("a 2-block COMPARE AND WRITE went to the store (limit 1 block)")
+	}
+}
