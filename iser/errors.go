@@ -48,6 +48,7 @@ const (
 	errNotUnderstood    = errorString("iser: standard key answered NotUnderstood")
 	errLoginFlags       = errorString("iser: invalid login flags (T, C, CSG, NSG)")
 	errLoginChanged     = errorString("iser: login PDU changed ISID, ITT, CID or version")
+	errLoginAHS         = errorString("iser: Login Request with an AHS")
 	errLoginPDUs        = errorString("iser: too many login PDUs")
 	errLoginState       = errorString("iser: login step called in a finished state")
 	errCHAP             = errorString("iser: CHAP authentication failed")

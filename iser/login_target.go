@@ -238,6 +238,11 @@ func (t *TargetLogin) step(reqBHS BHS, data []byte) (targetStep, error) {
 		req[OffsetLoginVersionMax] != t.versionMax || req[OffsetLoginVersionMin] != t.versionMin {
 		return targetStep{}, loginErr(LoginInitiatorError, errLoginChanged)
 	}
+	if n := BHS(req).TotalAHSLength(); n != 0 {
+		// RFC 7143 defines no AHS for a Login Request: refused as an
+		// initiator error (02/00), as LIO answers malformed requests.
+		return targetStep{}, loginErr(LoginInitiatorError, fmt.Errorf("%w: %d bytes of AHS", errLoginAHS, n))
+	}
 	csg, nsg := req.CSG(), req.NSG()
 	if csg != t.stage || csg > StageOperational || (req.Transit() && req.Continue()) ||
 		(req.Transit() && (nsg <= csg || nsg == 2)) {

@@ -698,6 +698,7 @@ func TestLoginTargetErrors(t *testing.T) {
 		{"operational stage without CHAP", TargetInfo{CHAP: user}, []scriptStep{op(names...)}, LoginAuthFailed, errCHAP},
 		{"existing session (TSIH)", TargetInfo{}, nil, LoginSessionDoesNotExist, nil},
 		{"SNACK during login", TargetInfo{}, nil, LoginInvalidDuringLogin, errOpcode},
+		{"login with an AHS", TargetInfo{}, nil, LoginInitiatorError, errLoginAHS},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -706,12 +707,16 @@ func TestLoginTargetErrors(t *testing.T) {
 			var err error
 			var out []string
 			switch tc.name {
-			case "existing session (TSIH)", "SNACK during login":
+			case "existing session (TSIH)", "SNACK during login", "login with an AHS":
 				tl, _ := NewTargetLogin(cfg, 1)
 				req := make([]byte, BHSSize)
 				LoginRequest(req).Encode(&LoginRequestFields{Transit: true, CSG: StageOperational, NSG: StageFullFeature, TSIH: 5})
-				if tc.name == "SNACK during login" {
+				switch tc.name {
+				case "SNACK during login":
 					SNACK(req).Encode(&SNACKFields{})
+				case "login with an AHS":
+					LoginRequest(req).Encode(&LoginRequestFields{Transit: true, CSG: StageOperational, NSG: StageFullFeature})
+					BHS(req).SetLengths(8, 0) // garbage AHS: 8 bytes the login does not define
 				}
 				rsp := make([]byte, BHSSize)
 				_, st, err = tl.Step(req, kvText(names...), rsp, make([]byte, 8192))
