@@ -72,8 +72,10 @@ const errLoginFailed = errorString("login failed")
 // end, on p, the provider the request came from.
 func (t *Target) serveISER(p rdma.Provider, req rdma.ConnRequest) {
 	log := t.log.With("peer", req.RemoteAddr().String(), "transport", transportNames[transISER])
-	cm, _ := iser.ParseISERCM(req.PrivateData())
-	acc, sendInv := iser.AcceptFor(cm, !t.cfg.NoSendWithInvalidate)
+	acc, sendInv := iserAccept(req.PrivateData(), !t.cfg.NoSendWithInvalidate)
+	if len(req.PrivateData()) == 0 {
+		log.Debug("iser: connection request without iSER CM private data: no Send with Invalidate")
+	}
 	x := &iserConn{t: t, req: req, log: log, sendInv: sendInv}
 	// One slot (response buffer, data buffer, work requests) per task
 	// slot of the conn.
@@ -132,6 +134,19 @@ func (t *Target) serveISER(p rdma.Provider, req rdma.ConnRequest) {
 		return
 	}
 	x.c.stop(err)
+}
+
+// iserAccept returns the CM private data an iSER connection request with
+// private data pd is accepted with, and whether the target may use Send
+// with Invalidate. As Linux isert (isert_set_nego_params), a request
+// without private data (RFC 7145 section 5.1 asks for the iSER CM REQ
+// header, which some initiators omit) is accepted, but only the flags
+// byte of private data that is there tells whether the initiator takes
+// Send with Invalidate: without it, the target never uses it. Short or
+// padded private data is read by its first byte, as isert does.
+func iserAccept(pd []byte, sendInv bool) (iser.ISERCM, bool) {
+	cm, ok := iser.ParseISERCM(pd)
+	return iser.AcceptFor(cm, ok && sendInv)
 }
 
 // loginEnded counts and logs a login phase that opened no session; err is
