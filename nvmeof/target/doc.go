@@ -50,6 +50,15 @@
 // one queue keeps its whole depth in flight; queue teardown waits for
 // them.
 //
+// A stalled or hostile peer cannot hold a connection (timeout.go): a
+// queue that has not completed a Fabrics Connect within
+// Config.ConnectTimeout of its transport connection (10 s by default; the
+// MPA request or the ICReq included) is closed, and so is an NVMe/TCP
+// queue whose PDU, once begun, has not arrived whole within
+// Config.TCPPDUTimeout (30 s). The keep-alive takes over once a
+// controller exists. nvmet has neither timer; the first is a Linux
+// host's ICResp timeout, the second its I/O timeout.
+//
 // A running target is inspected and changed live (manage.go), as nvmet's
 // configfs allows: Target.Controllers lists the controllers with their
 // queues and I/O counters; DeleteController, RemovePort,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/rdisk/rdisk/nvmeof"
 	"github.com/rdisk/rdisk/rdma"
@@ -56,7 +57,7 @@ func (l rdmaListener) serve(p *Port) {
 			}
 			return
 		}
-		p.goServe(func() { p.serveConn(req) })
+		p.goServe(func() { p.serveConn(req, time.Now()) })
 	}
 }
 
@@ -73,8 +74,9 @@ func fillTSAS(e *nvmeof.DiscoveryLogEntry, trType uint8) {
 	}
 }
 
-// serveConn runs one queue from its connection request to its end.
-func (p *Port) serveConn(req rdma.ConnRequest) {
+// serveConn runs one queue from its connection request, whose
+// connection began at since, to its end.
+func (p *Port) serveConn(req rdma.ConnRequest, since time.Time) {
 	peer := addrString(req.RemoteAddr())
 	if p.closing() {
 		p.refuse(nvmeof.TrTypeRDMA, portShuttingDown, peer, nil)
@@ -113,9 +115,15 @@ func (p *Port) serveConn(req rdma.ConnRequest) {
 	defer p.accepted(nvmeof.TrTypeRDMA, peer, "qid", q.sq.qid, "depth", q.sq.depth)()
 	p.t.addQueue(q.sq)
 	defer p.t.removeQueue(q.sq)
+	ct := p.startConnectTimer(since, func() bool { return q.sq.controller() != nil }, q.tq.Disconnect)
 	err = q.tq.Run(p.ctx)
+	ct.stop()
 	reason := p.endReason(err)
-	if reason == reasonTransportError {
+	if ct.expired() && q.sq.controller() == nil && reason != reasonClose && reason != reasonPortRemoved {
+		// A queue that connected and sent no (successful) Connect.
+		reason, err = reasonConnectTimeout, ct.err("no Fabrics Connect")
+		p.connectTimedOut(nvmeof.TrTypeRDMA, peer, q.sq.qid, err)
+	} else if reason == reasonTransportError {
 		if qerr := q.tq.QP().Err(); qerr != nil && errors.Is(err, qerr) {
 			// The connection itself ended (the host disconnected, or a
 			// failure of the link), not the target on an error.

@@ -75,8 +75,12 @@ type PortStats struct {
 	//	icreq            (tcp) the first PDU is not a valid ICReq:
 	//	                 terminated with a C2HTermReq
 	//	no_icreq         (tcp) the connection closed, failed or timed out
-	//	                 before its ICReq (probes, health checks)
+	//	                 (Config.ConnectTimeout) before its ICReq (probes,
+	//	                 health checks)
 	//	shutting_down    the port or the target is closing or draining
+	//	connect_timeout  an accepted connection (counted in Accepted too)
+	//	                 whose queue did not complete a Fabrics Connect
+	//	                 within Config.ConnectTimeout: closed
 	Rejected map[string]uint64
 	// Live is the number of its accepted connections (queues) now.
 	Live int
@@ -110,10 +114,11 @@ const (
 	portICReq
 	portNoICReq
 	portShuttingDown
+	portConnectTimeout
 	numPortReasons
 )
 
-var portReasonNames = [numPortReasons]string{"cm_private_data", "no_resources", "accept_failed", "icreq", "no_icreq", "shutting_down"}
+var portReasonNames = [numPortReasons]string{"cm_private_data", "no_resources", "accept_failed", "icreq", "no_icreq", "shutting_down", "connect_timeout"}
 
 // The reasons a controller is torn down, the "reason" of its "controller
 // removed" log line (the cause's detail, if any, is its "err").
@@ -142,6 +147,9 @@ const (
 	reasonDrain = "target drain"
 	// Target.Close.
 	reasonClose = "target close"
+	// A queue's end only (it has no controller): no successful Fabrics
+	// Connect within Config.ConnectTimeout.
+	reasonConnectTimeout = "connect timeout"
 )
 
 // targetCounters are the target-wide counters of Stats.

@@ -37,6 +37,44 @@ type Config struct {
 	// 255 s); 0 takes nvmet's 10 s. Linux hosts reset a controller whose
 	// groups stay in change longer than twice that.
 	ANATransitionTime time.Duration
+	// ConnectTimeout bounds the time from a transport connection (an
+	// RDMA/CM connection request, an accepted NVMe/TCP connection) to its
+	// queue's successful Fabrics Connect: a queue without one by then
+	// (no ICReq, no command, a Connect refused or never sent) is closed,
+	// so a stalled or hostile peer cannot hold it, the keep-alive timer
+	// starting only with a controller. 0 takes DefaultConnectTimeout;
+	// negative disables it. (nvmet has no such timer; Linux hosts wait
+	// 10 s for an ICResp and nvmet 10 s for a TLS handshake.)
+	ConnectTimeout time.Duration
+	// TCPPDUTimeout bounds the time an NVMe/TCP PDU takes to arrive whole
+	// once its first byte has: a queue whose PDU header or data stop
+	// arriving midway is closed (nvmet waits forever; its keep-alive
+	// notices a stalled admin queue only). The wait for a PDU to begin is
+	// not bounded (the keep-alive covers an idle host). 0 takes
+	// DefaultTCPPDUTimeout; negative disables it.
+	TCPPDUTimeout time.Duration
+}
+
+// Timeout defaults (Config).
+const (
+	// DefaultConnectTimeout is Config.ConnectTimeout's default: the 10 s
+	// a Linux host waits for an ICResp.
+	DefaultConnectTimeout = 10 * time.Second
+	// DefaultTCPPDUTimeout is Config.TCPPDUTimeout's default: the 30 s
+	// of a Linux host's I/O timeout (nvme_core.io_timeout), by when the
+	// host gave the command up anyway.
+	DefaultTCPPDUTimeout = 30 * time.Second
+)
+
+// timeoutOr is d, def for 0, and 0 (disabled) for a negative d.
+func timeoutOr(d, def time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return def
+	case d < 0:
+		return 0
+	}
+	return d
 }
 
 // Target is an NVMe-oF target: subsystems exported through ports. It is
@@ -48,6 +86,9 @@ type Target struct {
 	hook    func(delta int)
 	workers int
 	anatt   uint8 // Identify Controller ANATT, seconds
+	// connectTimeout and pduTimeout are Config's ConnectTimeout and
+	// TCPPDUTimeout with defaults; 0: none.
+	connectTimeout, pduTimeout time.Duration
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -94,6 +135,7 @@ func New(cfg Config) (*Target, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Target{p: cfg.Provider, log: log, fw: fw, hook: cfg.ConnHook, workers: cfg.Workers, anatt: anatt, ctx: ctx, cancel: cancel, started: time.Now(),
+		connectTimeout: timeoutOr(cfg.ConnectTimeout, DefaultConnectTimeout), pduTimeout: timeoutOr(cfg.TCPPDUTimeout, DefaultTCPPDUTimeout),
 		subs: map[string]*Subsystem{}, ports: map[uint16]*Port{}, disc: map[*controller]bool{}, queues: map[*sq]bool{}, auths: map[string]*HostAuth{}}
 	t.discSub = &Subsystem{t: t, cfg: SubsystemConfig{NQN: nvmeof.DiscoveryNQN, Serial: "rdisk-discovery", Model: "rdisk discovery",
 		AllowAnyHost: true, CntlIDMin: 1, CntlIDMax: 0xffef}, ns: map[uint32]*Namespace{}, ctrls: map[uint16]*controller{}, hosts: map[string]bool{}, nextCID: 1}

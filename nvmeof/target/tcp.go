@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdisk/rdisk/backstore"
@@ -40,8 +42,6 @@ const (
 	// tcpMaxH2CData is the MAXH2CDATA offered: an R2T never asks for more
 	// than MDTS, so one H2CData PDU may carry a whole transfer.
 	tcpMaxH2CData = mdts
-	// tcpSetupTimeout bounds the wait for ICReq and the first command.
-	tcpSetupTimeout = 10 * time.Second
 	// tcpLinger bounds the wait for the host to close a connection the
 	// target finished (tcpQueue.finish).
 	tcpLinger = 2 * time.Second
@@ -112,44 +112,80 @@ func (p *Port) serveStream(c net.Conn, sp rdma.StreamProvider) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
+	since := time.Now()
 	rd := stream.New(c)
-	c.SetReadDeadline(time.Now().Add(tcpSetupTimeout))
+	q := &tcpQueue{p: p, c: c, rd: rd, pduTimeout: p.t.pduTimeout}
+	// The connect timeout covers the MPA request or the ICReq too.
+	ct := p.startConnectTimer(since, q.connected, func() { c.Close() })
+	defer ct.stop()
 	if sp != nil {
 		n := max(sp.ConnRequestPrefix(), tcp.CommonHeaderSize)
 		if err := rd.Ensure(n); err != nil {
+			if ct.expired() {
+				err = ct.err("no ICReq or MPA request")
+			}
 			p.refuse(nvmeof.TrTypeTCP, p.setupFailure(portNoICReq), peer, err)
 			return
 		}
 		if sp.IsConnRequest(rd.Buffered()[:sp.ConnRequestPrefix()]) {
 			rest := slices.Clone(rd.Buffered())
-			c.SetReadDeadline(time.Time{})
-			req, err := sp.ServeConn(p.ctx, c, rest)
+			// The provider reads the rest of the MPA request under the
+			// connect timeout's deadline; the RDMA queue has a timer of
+			// its own from then on.
+			ct.stop()
+			ctx, cancel := p.ctx, context.CancelFunc(func() {})
+			if d := p.t.connectTimeout; d > 0 {
+				ctx, cancel = context.WithDeadline(p.ctx, since.Add(d))
+			}
+			req, err := sp.ServeConn(ctx, c, rest)
+			cancel()
 			if err != nil {
 				p.refuse(nvmeof.TrTypeRDMA, p.setupFailure(portAcceptFailed), peer, err)
 				return
 			}
-			p.serveConn(req)
+			p.serveConn(req, since)
 			return
 		}
 	}
-	q := &tcpQueue{p: p, c: c, rd: rd}
 	rd.BeforeRead = q.beforeRead
 	if err := q.initConn(); err != nil {
 		why := portNoICReq
 		if _, ok := errors.AsType[*tcp.Error](err); ok {
 			why = portICReq
+		} else if ct.expired() {
+			err = ct.err("no ICReq")
 		}
 		p.refuse(nvmeof.TrTypeTCP, p.setupFailure(why), peer, err)
 		return
 	}
 	defer p.accepted(nvmeof.TrTypeTCP, peer, "hdgst", q.hdgst, "ddgst", q.ddgst)()
 	err := q.run()
-	if te, ok := errors.AsType[*tcp.Error](err); ok && q.sq == nil {
+	ct.stop()
+	reason := p.endReason(err)
+	if ct.expired() && !q.connected() && reason != reasonClose && reason != reasonPortRemoved {
+		reason, err = reasonConnectTimeout, ct.err("no Fabrics Connect")
+		p.connectTimedOut(nvmeof.TrTypeTCP, peer, q.qid(), err)
+	} else if te, ok := errors.AsType[*tcp.Error](err); ok && q.sq == nil {
 		// Before its first command: no queue to log its end.
 		p.t.log.Warn("nvmeof: queue ended on a transport error", "port", p.cfg.ID, "transport", TransportTCP, "peer", peer,
 			"reason", reasonTransportError, "err", err, "fes", tcp.FESName(te.FES))
 	}
-	q.end(p.endReason(err), err)
+	q.end(reason, err)
+}
+
+// connected reports whether the queue's Fabrics Connect succeeded. Safe
+// from any goroutine.
+func (q *tcpQueue) connected() bool {
+	s := q.bound.Load()
+	return s != nil && s.controller() != nil
+}
+
+// qid is the queue's ID, 0 before its first command (receiver only).
+func (q *tcpQueue) qid() uint16 {
+	if q.sq == nil {
+		return 0
+	}
+	return q.sq.qid
 }
 
 // setupFailure is why a connection that failed before it carried a
@@ -203,6 +239,8 @@ type tcpQueue struct {
 	c  net.Conn
 	rd *stream.Reader
 	sq *sq // set by the first command capsule (bind)
+	// bound is sq, for the connect timer's goroutine.
+	bound atomic.Pointer[sq]
 
 	hdgst, ddgst bool
 	hpda         int // the host's data alignment in bytes
@@ -212,6 +250,12 @@ type tcpQueue struct {
 	last         [tcp.MaxHeaderSize]byte // the PDU header being handled, for terminate requests
 	lastLen      int
 	ddBuf        [tcp.DigestSize]byte
+	// pduTimeout is Config.TCPPDUTimeout (0: none); midPDU is set from
+	// the first byte of a PDU until the receiver waits for the next one,
+	// pduDL while the read deadline of the PDU's timeout is set (the
+	// receiver's reads of a PDU set it when they must wait for bytes).
+	pduTimeout    time.Duration
+	midPDU, pduDL bool
 
 	mu sync.Mutex // guards what follows
 	// free lists the unused slots.
@@ -225,8 +269,11 @@ type tcpQueue struct {
 	// it next reads, so responses wait for it.
 	inline bool
 	werr   error
-	zero   [128]byte // padding source
-	term   [tcp.MaxTermReqSize]byte
+	// lingering: finish set the read deadline of the wait for the host
+	// to close; the PDU timeout leaves it alone.
+	lingering bool
+	zero      [128]byte // padding source
+	term      [tcp.MaxTermReqSize]byte
 }
 
 // run reads the connection's PDUs, once initialized, until it fails or
@@ -234,17 +281,51 @@ type tcpQueue struct {
 func (q *tcpQueue) run() error {
 	for {
 		if err := q.next(); err != nil {
+			if q.pduDL && errors.Is(err, os.ErrDeadlineExceeded) {
+				q.mu.Lock()
+				lingering := q.lingering
+				q.mu.Unlock()
+				if !lingering {
+					return fmt.Errorf("a PDU begun %v ago is still incomplete: %w", q.pduTimeout, err)
+				}
+			}
 			return err
 		}
 	}
 }
 
-// beforeRead is the stream reader's hook: send what the receiver held.
+// beforeRead is the stream reader's hook: send what the receiver held
+// and, when the read is one of a PDU begun, bound the PDU's arrival.
 func (q *tcpQueue) beforeRead() {
 	q.mu.Lock()
 	q.inline = false
 	q.flushLocked()
+	if q.midPDU && !q.pduDL && q.pduTimeout > 0 && !q.lingering {
+		q.c.SetReadDeadline(time.Now().Add(q.pduTimeout))
+		q.pduDL = true
+	}
 	q.mu.Unlock()
+}
+
+// awaitPDU ends the PDU handled (its timeout) and waits, without a bound,
+// for the first byte of the next one.
+func (q *tcpQueue) awaitPDU() error {
+	q.midPDU = false
+	if q.pduDL {
+		q.pduDL = false
+		q.mu.Lock()
+		if !q.lingering {
+			q.c.SetReadDeadline(time.Time{})
+		}
+		q.mu.Unlock()
+	}
+	if len(q.rd.Buffered()) == 0 {
+		if err := q.rd.Ensure(1); err != nil {
+			return err
+		}
+	}
+	q.midPDU = true
+	return nil
 }
 
 // header reads the next PDU header (common header, the rest, its digest)
@@ -252,6 +333,9 @@ func (q *tcpQueue) beforeRead() {
 // valid in the reader's buffer until the next read; the caller consumes
 // it.
 func (q *tcpQueue) header() (tcp.Header, tcp.Layout, error) {
+	if err := q.awaitPDU(); err != nil {
+		return nil, tcp.Layout{}, err
+	}
 	if err := q.rd.Ensure(tcp.CommonHeaderSize); err != nil {
 		return nil, tcp.Layout{}, err
 	}
@@ -359,9 +443,7 @@ func (q *tcpQueue) bind(s nvmeof.SQE) {
 	}
 	q.pend = make([][]byte, 0, len(q.slots)*tcpMaxIov+4)
 	q.pendReq = make([]int, 0, len(q.slots))
-	// Before the queue is listed: a disconnect (Close, Drain) sets a
-	// deadline of its own.
-	q.c.SetReadDeadline(time.Time{})
+	q.bound.Store(q.sq)
 	p.t.addQueue(q.sq)
 	if qid != 0 && p.t.hook != nil {
 		p.t.hook(1)
@@ -709,7 +791,10 @@ func (q *tcpQueue) disconnect() { q.c.Close() }
 // responses not yet transmitted.
 func (q *tcpQueue) finish() {
 	if tc, ok := q.c.(*net.TCPConn); ok && tc.CloseWrite() == nil {
+		q.mu.Lock()
+		q.lingering = true
 		q.c.SetReadDeadline(time.Now().Add(tcpLinger))
+		q.mu.Unlock()
 		return
 	}
 	q.c.Close()

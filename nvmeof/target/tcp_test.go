@@ -34,8 +34,13 @@ func tcpTarget(t testing.TB, size int64, tr Transport) (*Target, *Port) {
 // with RDISK_TEST_LOG set).
 func tcpTargetLog(t testing.TB, size int64, tr Transport, log *slog.Logger) (*Target, *Port) {
 	t.Helper()
-	cfg := Config{Logger: log}
-	if log == nil {
+	return tcpTargetCfg(t, size, tr, Config{Logger: log})
+}
+
+// tcpTargetCfg is tcpTarget with cfg (its provider set here for RDMA).
+func tcpTargetCfg(t testing.TB, size int64, tr Transport, cfg Config) (*Target, *Port) {
+	t.Helper()
+	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 		if os.Getenv("RDISK_TEST_LOG") != "" {
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
