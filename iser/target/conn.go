@@ -42,9 +42,10 @@ type task struct {
 	lun     uint64
 	rawLUN  uint64
 	imm     bool
-	dropped bool // aborted before Execute: free without a response
-	credit  bool // the window was already credited for it
-	failed  bool // data-out arrived out of sequence: fail the command
+	dropped bool     // aborted before Execute: free without a response
+	credit  bool     // the window was already credited for it
+	failed  bool     // data-out arrived out of sequence: fail the command
+	failASC scsi.ASC // the additional sense of that failure (0: DATA PHASE ERROR)
 	cmd     scsi.Command
 	cdb     [16]byte
 	expLen  uint32
@@ -145,6 +146,14 @@ type conn struct {
 	done     chan struct{} // closed when the connection has ended
 	tmfWG    sync.WaitGroup
 	end      atomic.Uint32 // endReason of the session, first cause wins (setEnd)
+
+	// NOP-In keepalive (nop.go).
+	rxSeen   atomic.Bool // a PDU arrived since the keepalive last looked
+	nopMu    sync.Mutex
+	nopTimer *time.Timer
+	nopTTT   uint32 // TTT of the ping awaiting its echo (0: none)
+	nopSeq   uint32
+	nopOff   bool // the connection ended: no more pings
 }
 
 // extraSlots are slots beyond the command window for immediate commands.
@@ -185,6 +194,7 @@ func newConn(t *Target, ls iser.Session, x transport, log *slog.Logger) *conn {
 // why): pending tasks are dropped, TMFs and workers finish, the session
 // closes.
 func (c *conn) stop(err error) {
+	c.stopNop()
 	c.mu.Lock()
 	c.closing = true
 	for i := range c.tasks {
@@ -370,6 +380,13 @@ func (c *conn) onCommand(p iser.PDU, x *xferInfo) {
 		c.reject(p, iser.RejectProtocolError)
 		return
 	}
+	if reason, why := c.checkImmediate(p, cmd); why != "" {
+		// Rejected before it is a task: its CmdSN is not consumed,
+		// the initiator plugs the gap (RFC 7143 section 11.17.1).
+		c.log.Info("iscsi: command rejected", "itt", p.BHS.ITT(), "reason", reason, "err", why)
+		c.reject(p, reason)
+		return
+	}
 	tk := c.getTask()
 	if tk == nil {
 		return
@@ -401,7 +418,7 @@ func (c *conn) onCommand(p iser.PDU, x *xferInfo) {
 		tk.rsv, tk.wsv, tk.rstag, tk.wstag, tk.rva, tk.wva = x.rsv, x.wsv, x.rstag, x.wstag, x.rva, x.wva
 	}
 	// Data-out: immediate data, then unsolicited and solicited data.
-	tk.failed, tk.inv, tk.pending = false, 0, 0
+	tk.failed, tk.failASC, tk.inv, tk.pending = false, 0, 0, 0
 	tk.got, tk.need, tk.unsol, tk.r2tLen, tk.r2tSN, tk.dataSN, tk.unsolSN, tk.r2tQueued = 0, 0, false, 0, 0, 0, 0, false
 	if tk.cmd.Dir == scsi.DirOut {
 		tk.need = c.sess.scsi.DataOutLength(tk.lun, tk.cmd.CDB, tk.expLen)
@@ -435,6 +452,30 @@ func (c *conn) onCommand(p iser.PDU, x *xferInfo) {
 		c.releaseHeldLocked()
 	}
 	c.mu.Unlock()
+}
+
+// checkImmediate checks a command's immediate data against the session's
+// parameters in the order LIO's iscsit_setup_scsi_cmd does, and returns
+// the Reject reason and why for a command to refuse (why "": accept it).
+func (c *conn) checkImmediate(p iser.PDU, cmd iser.SCSICommand) (iser.RejectReason, string) {
+	n := uint32(len(p.Data))
+	if n == 0 {
+		return 0, ""
+	}
+	exp := cmd.ExpectedDataTransferLength()
+	switch {
+	case !c.params.ImmediateData:
+		return iser.RejectProtocolError, "immediate data with ImmediateData=No"
+	case n == exp && !p.BHS.Final():
+		return iser.RejectProtocolError, "all the data immediate but the F bit clear"
+	case n > exp:
+		return iser.RejectProtocolError, "immediate data beyond the expected data transfer length"
+	case n > c.params.FirstBurstLength:
+		// LIO: ISCSI_REASON_BOOKMARK_INVALID, RFC 7143's Invalid PDU
+		// field.
+		return iser.RejectInvalidPDUField, "immediate data beyond FirstBurstLength"
+	}
+	return 0, ""
 }
 
 // prepare fills the scsi.Command of a new task and gives it a data buffer
@@ -551,7 +592,11 @@ func (c *conn) failData(tk *task) {
 	}
 	tk.state = taskRespond
 	c.mu.Unlock()
-	setSense(&tk.cmd, scsi.KeyAbortedCommand, 0x4b00)
+	asc := tk.failASC
+	if asc == 0 {
+		asc = 0x4b00 // DATA PHASE ERROR
+	}
+	setSense(&tk.cmd, scsi.KeyAbortedCommand, asc)
 	c.sess.completed(tk)
 	c.x.respond(tk, false)
 }
@@ -640,14 +685,40 @@ func (c *conn) reject(p iser.PDU, reason iser.RejectReason) {
 	c.x.send(r)
 }
 
+// rejectGrace bounds the wait for a Reject that ends the connection to go
+// out.
+const rejectGrace = time.Second
+
+// rejectClose answers a PDU whose error ends the connection (ErrorRecovery
+// Level 0) with a Reject carrying its header, as RFC 7143 section 7.2
+// asks, and drops the connection once the Reject is sent, or after
+// rejectGrace. The receive side must read nothing more.
+func (c *conn) rejectClose(hdr []byte, reason iser.RejectReason, why string) {
+	c.setEnd(endProtocol)
+	c.log.Info("iscsi: protocol error, closing the connection", "reason", reason, "err", why)
+	r := &ctl{advance: true, close: true}
+	iser.Reject(r.hdr[:]).Encode(&iser.RejectFields{Reason: reason})
+	r.data = append([]byte(nil), hdr...)
+	c.x.send(r)
+	t := time.AfterFunc(rejectGrace, func() { c.drop(why) })
+	go func() {
+		<-c.done
+		t.Stop()
+	}()
+}
+
 // onNOPOut answers a ping.
 func (c *conn) onNOPOut(p iser.PDU) {
 	n := iser.NOPOut(p.BHS)
-	if !c.consumeSN(n.CmdSN(), p.BHS.Immediate()) {
+	inWindow := c.consumeSN(n.CmdSN(), p.BHS.Immediate())
+	if p.BHS.ITT() == iser.ReservedTag {
+		// The answer to a NOP-In of ours (immediate, RFC 7143
+		// section 11.18; taken even when it is not).
+		c.nopAnswered(n.TTT())
 		return
 	}
-	if p.BHS.ITT() == iser.ReservedTag {
-		return // the answer to a NOP-In of ours
+	if !inWindow {
+		return
 	}
 	r := &ctl{advance: true}
 	iser.NOPIn(r.hdr[:]).Encode(&iser.NOPInFields{LUN: p.BHS.LUN(), ITT: p.BHS.ITT(), TTT: iser.ReservedTag})

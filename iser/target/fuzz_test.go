@@ -46,6 +46,13 @@ func newTestTarget(t testing.TB, edit func(*Config)) *Target {
 // connection.
 func loginPipe(t testing.TB, tg *Target, discovery bool) (net.Conn, *iser.Reader, *iser.Writer, iser.Session, chan struct{}) {
 	t.Helper()
+	return loginPipeWith(t, tg, discovery, nil)
+}
+
+// loginPipeWith is loginPipe with the initiator's login configuration
+// changed by edit (when not nil).
+func loginPipeWith(t testing.TB, tg *Target, discovery bool, edit func(*iser.InitiatorConfig)) (net.Conn, *iser.Reader, *iser.Writer, iser.Session, chan struct{}) {
+	t.Helper()
 	cli, srv := net.Pipe()
 	done := make(chan struct{})
 	go func() {
@@ -59,6 +66,9 @@ func loginPipe(t testing.TB, tg *Target, discovery bool) (net.Conn, *iser.Reader
 		InitiatorName: "iqn.2026-11.io.rdisk:fuzzer", TargetName: fuzzIQN, ISID: iser.ISID{0x80, 0, 0, byte(n >> 16), byte(n >> 8), byte(n)}}
 	if discovery {
 		cfg.SessionType, cfg.TargetName = iser.SessionDiscovery, ""
+	}
+	if edit != nil {
+		edit(cfg)
 	}
 	il, err := iser.NewInitiatorLogin(cfg)
 	if err != nil {

@@ -53,6 +53,9 @@ type iserConn struct {
 	refused error
 	failed  rejectReason
 	failErr error
+	// rejecting is set (queue goroutine) once a Reject ending the
+	// connection is queued: later receives are ignored.
+	rejecting bool
 
 	smu      sync.Mutex // StatSN order and posting
 	ffc      *conn      // x.c for control PDUs: set once the session is open
@@ -182,11 +185,24 @@ func (x *iserConn) Recv(m rdmaq.Msg) error {
 	if err != nil {
 		return x.protocolError(fmt.Errorf("bad iSER header: %w", err))
 	}
+	c := x.c
+	if c != nil {
+		c.received()
+	}
+	if x.rejecting {
+		return nil // a Reject is ending the connection: nothing more is read
+	}
 	p, err := iser.ParsePDU(b[iserHdr:], iserRecvData)
 	if err != nil {
-		return x.protocolError(fmt.Errorf("bad PDU: %w", err))
+		err = fmt.Errorf("bad PDU: %w", err)
+		if c != nil && len(b) >= iserHdr+iser.BHSSize {
+			// The BHS is there: Reject it, then close.
+			x.rejecting = true
+			c.rejectClose(b[iserHdr:iserHdr+iser.BHSSize], iser.RejectProtocolError, err.Error())
+			return nil
+		}
+		return x.protocolError(err)
 	}
-	c := x.c
 	if c == nil {
 		return x.loginStep(p)
 	}
@@ -260,6 +276,7 @@ func (x *iserConn) loginStep(p iser.PDU) error {
 		x.flushCtlLocked()
 		x.smu.Unlock()
 		x.t.sessionOpened(c, ls, "send_with_inv", x.sendInv)
+		c.startNop()
 	}
 	return nil
 }

@@ -57,6 +57,9 @@ type Stats struct {
 	//	admin            CloseSession or RemoveTarget ended it
 	//	drain            Drain ended it (logged out when asked, or dropped)
 	//	shutdown         Close ended it
+	//	timeout          the initiator did not answer a NOP-In ping
+	//	                 within Config.NopInTimeout, or stopped in the
+	//	                 middle of a PDU for Config.PDUTimeout
 	//
 	// The first cause wins: a session asked to log out by CloseSession
 	// that then logs out counts as "admin" (and in Logouts).
@@ -108,11 +111,12 @@ const (
 	endAdmin
 	endDrain
 	endShutdown
+	endTimeout
 	nEndReasons
 )
 
 var endNames = [nEndReasons]string{
-	"", "logout", "connection_lost", "protocol_error", "reinstated", "reset", "admin", "drain", "shutdown",
+	"", "logout", "connection_lost", "protocol_error", "reinstated", "reset", "admin", "drain", "shutdown", "timeout",
 }
 
 // counters are the Target's Stats counters: each is added to once per

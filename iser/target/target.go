@@ -31,6 +31,15 @@ const (
 	// DefaultLoginTimeout bounds a connection's login phase (and the wait
 	// for its first bytes).
 	DefaultLoginTimeout = 15 * time.Second
+	// DefaultNopInInterval is the idle time after which the target pings
+	// a connection in full feature phase (LIO's nopin_timeout).
+	DefaultNopInInterval = 15 * time.Second
+	// DefaultNopInTimeout is the time a ping has to be answered (LIO's
+	// nopin_response_timeout).
+	DefaultNopInTimeout = 30 * time.Second
+	// DefaultPDUTimeout bounds the receipt of one PDU once its first byte
+	// arrived (iSCSI/TCP).
+	DefaultPDUTimeout = 30 * time.Second
 )
 
 // Config describes a Target: the iSCSI targets it exports and how it serves
@@ -80,9 +89,26 @@ type Config struct {
 	// NoInline runs every command on a worker, even on RAM and null disks,
 	// which otherwise run on the connection's receive loop.
 	NoInline bool
-	// LoginTimeout bounds the login phase of a connection; default
-	// DefaultLoginTimeout.
+	// LoginTimeout bounds the login phase of a connection, a partial
+	// Login Request included; default DefaultLoginTimeout.
 	LoginTimeout time.Duration
+	// NopInInterval is how long a connection in full feature phase may
+	// receive nothing before the target pings it with a NOP-In
+	// (TTT != 0xffffffff: the initiator must echo it in a NOP-Out, as LIO
+	// pings); default DefaultNopInInterval, negative: no pings.
+	NopInInterval time.Duration
+	// NopInTimeout is how long a ping may go unanswered: then the
+	// connection is dropped and its tasks cleaned up as on any
+	// connection loss (session end reason "timeout"); default
+	// DefaultNopInTimeout, negative: pings are never given up on.
+	NopInTimeout time.Duration
+	// PDUTimeout bounds the receipt of one PDU on iSCSI/TCP once its
+	// first byte arrived: a header or data segment left incomplete for
+	// longer drops the connection (reason "timeout"). Waiting between
+	// PDUs is not bounded by it (NopInInterval covers idle
+	// connections); iSER receives whole PDUs. Default DefaultPDUTimeout,
+	// negative: unbounded.
+	PDUTimeout time.Duration
 }
 
 // TargetConfig is one iSCSI target: its name, LUNs and access control.
@@ -288,6 +314,18 @@ func New(cfg Config) (*Target, error) {
 	}
 	if cfg.LoginTimeout == 0 {
 		cfg.LoginTimeout = DefaultLoginTimeout
+	}
+	if cfg.LoginTimeout < 0 {
+		return nil, fmt.Errorf("iscsi target: login timeout %v: want a positive duration", cfg.LoginTimeout)
+	}
+	if cfg.NopInInterval == 0 {
+		cfg.NopInInterval = DefaultNopInInterval
+	}
+	if cfg.NopInTimeout == 0 {
+		cfg.NopInTimeout = DefaultNopInTimeout
+	}
+	if cfg.PDUTimeout == 0 {
+		cfg.PDUTimeout = DefaultPDUTimeout
 	}
 	log := cfg.Logger
 	if log == nil {

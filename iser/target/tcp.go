@@ -49,6 +49,9 @@ type tcpConn struct {
 	dirty  bool // written but not flushed
 	werr   error
 	br     *bufio.Reader
+	// deadline is set while a read deadline of Config.PDUTimeout is
+	// armed (receive goroutine).
+	deadline bool
 
 	shutOnce sync.Once
 }
@@ -136,6 +139,7 @@ func (t *Target) serveTCP(nc net.Conn, br *bufio.Reader) {
 	c.sess = s
 	t.sessionOpened(c, ls, "digests", fmt.Sprintf("%v/%v", ls.Params.HeaderDigest, ls.Params.DataDigest))
 	go tc.sender()
+	c.startNop()
 	err = tc.recvLoop()
 	tc.shut()
 	<-tc.sent
@@ -150,7 +154,10 @@ func (tc *tcpConn) recvLoop() error {
 		if tc.br.Buffered() < iser.BHSSize {
 			tc.flush()
 		}
-		p, err := tc.r.ReadPDU(tc.hdr[:], tc.data)
+		p, err := tc.readPDU()
+		if err == nil || errors.Is(err, iser.ErrDataDigest) {
+			c.received()
+		}
 		if err != nil {
 			if errors.Is(err, iser.ErrDataDigest) {
 				c.reject(p, iser.RejectDataDigestError)
@@ -159,8 +166,17 @@ func (tc *tcpConn) recvLoop() error {
 			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 				return io.EOF
 			}
+			if errors.Is(err, iser.ErrDataSegmentTooLong) {
+				// The header is intact: Reject it (LIO: protocol
+				// error), then close.
+				return tc.rejectClose(tc.hdr[:iser.BHSSize], iser.RejectProtocolError, err)
+			}
 			var ne net.Error
-			if !errors.As(err, &ne) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			switch {
+			case errors.As(err, &ne) && ne.Timeout():
+				c.setEnd(endTimeout)
+				c.log.Warn("iscsi: a PDU not received in time, dropping the connection", "timeout", c.t.cfg.PDUTimeout)
+			case !errors.As(err, &ne) && !errors.Is(err, io.ErrUnexpectedEOF):
 				c.setEnd(endProtocol) // a PDU the reader refused
 			}
 			return err
@@ -170,14 +186,62 @@ func (tc *tcpConn) recvLoop() error {
 		}
 		if p.BHS.Opcode() == iser.OpDataOut {
 			if err := tc.onDataOut(p); err != nil {
-				c.setEnd(endProtocol)
-				c.reject(p, iser.RejectProtocolError)
-				return err
+				return tc.rejectClose(p.Header(), iser.RejectProtocolError, err)
 			}
 			continue
 		}
 		c.dispatch(p, nil)
 	}
+}
+
+// readPDU reads the next PDU. With Config.PDUTimeout, a PDU must arrive
+// whole within it once its first byte is in: the wait for that byte is
+// unbounded, and no deadline is set for a PDU the read buffer holds
+// whole already (the steady state of a busy connection).
+func (tc *tcpConn) readPDU() (iser.PDU, error) {
+	if pt := tc.c.t.cfg.PDUTimeout; pt > 0 {
+		if tc.br.Buffered() == 0 {
+			if tc.deadline {
+				tc.nc.SetReadDeadline(time.Time{})
+				tc.deadline = false
+			}
+			if _, err := tc.br.Peek(1); err != nil {
+				return iser.PDU{}, err
+			}
+		}
+		if !tc.buffered() {
+			tc.nc.SetReadDeadline(time.Now().Add(pt))
+			tc.deadline = true
+		}
+	}
+	return tc.r.ReadPDU(tc.hdr[:], tc.data)
+}
+
+// buffered reports whether the read buffer holds the next PDU whole.
+func (tc *tcpConn) buffered() bool {
+	n := tc.br.Buffered()
+	if n < iser.BHSSize {
+		return false
+	}
+	b, _ := tc.br.Peek(iser.BHSSize)
+	h := iser.BHS(b)
+	want := iser.BHSSize + h.TotalAHSLength() + iser.PaddedLength(h.DataSegmentLength())
+	if tc.c.params.HeaderDigest {
+		want += iser.DigestSize
+	}
+	if tc.c.params.DataDigest && h.DataSegmentLength() > 0 {
+		want += iser.DigestSize
+	}
+	return n >= want
+}
+
+// rejectClose sends a Reject of hdr that ends the connection and waits,
+// reading nothing more, until the connection is shut (the Reject sent, or
+// rejectGrace passed); it returns err.
+func (tc *tcpConn) rejectClose(hdr []byte, reason iser.RejectReason, err error) error {
+	tc.c.rejectClose(hdr, reason, err.Error())
+	<-tc.quit
+	return err
 }
 
 // ttt is the Target Transfer Tag of a task's R2Ts.
@@ -247,6 +311,13 @@ func (tc *tcpConn) onDataOut(p iser.PDU) error {
 	if tag == iser.ReservedTag {
 		if sn != tk.unsolSN {
 			bad = fmt.Sprintf("unsolicited Data-Out with DataSN %d, want %d", sn, tk.unsolSN)
+		}
+		if fb := c.params.FirstBurstLength; tk.got+n > fb && !tk.failed {
+			// As LIO's iscsit_check_unsolicited_dataout: CHECK
+			// CONDITION, INCORRECT AMOUNT OF DATA (ABORTED COMMAND,
+			// 0x0c0d); the framing is intact, the connection stays.
+			c.log.Info("iscsi: unsolicited data beyond FirstBurstLength", "itt", tk.itt, "bytes", tk.got+n, "first_burst", fb)
+			tk.failed, tk.failASC = true, 0x0c0d
 		}
 		tk.unsolSN++
 	} else {
