@@ -40,6 +40,14 @@
 // core's aborts and resets on their own goroutine; commands not yet in the
 // core (RDMA Read in flight, queued) are dropped by the transport.
 //
+// A login whose I_T nexus receives no IU within Config.FirstIUTimeout
+// (30 s by default) is logged out (SRP_T_LOGOUT, Inactive RDMA channel;
+// on iWARP, where the target may not send first, just disconnected), so
+// a peer that logs in and stalls does not hold a channel. Idle channels
+// of a nexus that has carried IUs stay, as with Linux srpt, which has no
+// timer after the connection is established (RTU, or RDMA/CM
+// ESTABLISHED) and none for the first IU either.
+//
 // Live management: Target.Ports and Target.Channels list the ports and
 // the logged-in channels (with counters of commands answered and data
 // moved); CloseChannel logs one channel out (SRP_T_LOGOUT, then a

@@ -38,11 +38,12 @@ const (
 	endAdmin
 	endDrain
 	endShutdown
+	endInactive
 	nEndReasons
 )
 
 var endNames = [nEndReasons]string{
-	"", "logout", "connection_lost", "protocol_error", "reinstated", "admin", "drain", "shutdown",
+	"", "logout", "connection_lost", "protocol_error", "reinstated", "admin", "drain", "shutdown", "inactive",
 }
 
 // endForLogout is the end reason of a channel the target logs out with r,

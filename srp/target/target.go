@@ -41,6 +41,9 @@ const (
 	// DefaultRDMAReadDepth is the RDMA Reads in flight per channel asked
 	// at accept (capped by the initiator's IRD; Linux ib_srp offers 4).
 	DefaultRDMAReadDepth = 16
+	// DefaultFirstIUTimeout is Config.FirstIUTimeout's default. Linux
+	// ib_srp scans the target as soon as its channels are logged in.
+	DefaultFirstIUTimeout = 30 * time.Second
 
 	maxQueueDepth = 4096
 )
@@ -91,6 +94,17 @@ type Config struct {
 	// NoExternalTables refuses indirect tables that are not wholly in the
 	// IU (CHECK CONDITION) instead of fetching them with RDMA Read.
 	NoExternalTables bool
+	// FirstIUTimeout bounds the time from a login to the first IU of its
+	// I_T nexus: a channel logged in whose nexus has received no IU on
+	// any of its channels by then is logged out (SRP_T_LOGOUT, Inactive
+	// RDMA channel) and disconnected, so a peer that logs in and sends
+	// nothing does not hold the channel's buffers for ever. Channels of
+	// a nexus that carries IUs may idle (Linux ib_srp's channels beyond
+	// the first carry I/O only when their CPUs issue some). Linux srpt
+	// has no such timer, nor one for idle channels, which rdisk does not
+	// time out either (srpt leaves them to the connection manager and
+	// the initiator). 0 takes DefaultFirstIUTimeout; negative disables it.
+	FirstIUTimeout time.Duration
 }
 
 func (c *Config) setDefaults() error {
@@ -114,6 +128,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Workers == 0 {
 		c.Workers = min(c.QueueDepth, workers.Default)
+	}
+	if c.FirstIUTimeout == 0 {
+		c.FirstIUTimeout = DefaultFirstIUTimeout
 	}
 	switch {
 	case c.QueueDepth < 2 || c.QueueDepth > maxQueueDepth:
@@ -213,6 +230,8 @@ type Stats struct {
 	//	admin            CloseChannel or RemovePort ended it
 	//	drain            Drain ended it
 	//	shutdown         Close ended it
+	//	inactive         its nexus received no IU within
+	//	                 Config.FirstIUTimeout of the login
 	//
 	// The first cause wins.
 	ChannelsClosed map[string]uint64
@@ -351,6 +370,9 @@ type nexus struct {
 	ipid     srp.PortID
 	sess     *scsi.Session
 	channels []*channel // guarded by port.mu
+	// active is set by the first IU any channel of the nexus received
+	// (Config.FirstIUTimeout).
+	active atomic.Bool
 }
 
 // AddPort adds a target port. Logins may name it as soon as AddPort
@@ -774,7 +796,26 @@ func (t *Target) login(prov rdma.Provider, req rdma.ConnRequest) {
 	ch.live.Store(true)
 	ch.log.Info("srp: channel logged in", "depth", ch.depth, "it_iu_len", f.ReqITIULen, "imm_data_offset", immOff,
 		"multichannel", f.MultiChannel())
+	if d := cfg.FirstIUTimeout; d > 0 {
+		tm := time.AfterFunc(d, func() { ch.checkFirstIU(d) })
+		defer tm.Stop()
+	}
 	ch.run()
+}
+
+// checkFirstIU logs the channel out if its nexus has received no IU
+// since the login, d ago (Config.FirstIUTimeout).
+func (ch *channel) checkFirstIU(d time.Duration) {
+	if ch.nx.active.Load() {
+		return
+	}
+	ch.log.Warn("srp: no IU since the login: logging the channel out", "reason", endNames[endInactive], "timeout", d)
+	ch.mu.Lock()
+	if ch.detail == "" {
+		ch.detail = fmt.Sprintf("no IU within %v of the login", d)
+	}
+	ch.mu.Unlock()
+	ch.logoutFor(srp.TLogoutInactiveChannel, endInactive)
 }
 
 // readDepth is the ORD to ask for at accept: at most the initiator's IRD

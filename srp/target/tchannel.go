@@ -105,6 +105,7 @@ type channel struct {
 	pool   *workers.Pool[*slot]
 	wg     sync.WaitGroup // task management goroutines
 	since  time.Time      // when the login arrived
+	sawIU  bool           // an IU was received (loop only)
 
 	// SCSI commands answered and data moved: added to by the goroutine
 	// that owns the slot (the loop or a worker), read by Target.Channels.
@@ -248,6 +249,11 @@ func (ch *channel) run() {
 // Recv implements rdmaq.TargetHandler: commands and task management take
 // a slot (and a credit); initiator responses and logouts do not.
 func (ch *channel) Recv(m rdmaq.Msg) error {
+	if !ch.sawIU {
+		// attach set nx before the loop started.
+		ch.sawIU = true
+		ch.nx.active.Store(true)
+	}
 	if m.Len < 1 {
 		ch.logout(srp.TLogoutInvalidIUType)
 		return nil
