@@ -21,6 +21,7 @@ const (
 	OpWriteVerify10         = 0x2e
 	OpVerify10              = 0x2f
 	OpPrefetch10            = 0x34
+	OpReadDefectData10      = 0x37
 	OpSyncCache10           = 0x35
 	OpWriteSame10           = 0x41
 	OpUnmap                 = 0x42
@@ -32,6 +33,8 @@ const (
 	OpPersistentReserveIn   = 0x5e
 	OpPersistentReserveOut  = 0x5f
 	OpVariableLength        = 0x7f
+	OpExtendedCopy          = 0x83
+	OpReceiveCopyResults    = 0x84
 	OpRead16                = 0x88
 	OpCompareAndWrite       = 0x89
 	OpWrite16               = 0x8a
@@ -41,6 +44,7 @@ const (
 	OpPrefetch16            = 0x90
 	OpSyncCache16           = 0x91
 	OpWriteSame16           = 0x93
+	OpWriteAtomic16         = 0x9c
 	OpServiceActionIn16     = 0x9e
 	OpReportLUNs            = 0xa0
 	OpMaintenanceIn         = 0xa3
@@ -49,6 +53,7 @@ const (
 	OpWrite12               = 0xaa
 	OpWriteVerify12         = 0xae
 	OpVerify12              = 0xaf
+	OpReadDefectData12      = 0xb7
 	SAReadCapacity16        = 0x10
 	SAGetLBAStatus          = 0x12
 	SAReportTargetPortGroup = 0x0a

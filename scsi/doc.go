@@ -68,19 +68,39 @@
 // RESERVE IN (READ KEYS, READ RESERVATION, REPORT CAPABILITIES, READ FULL
 // STATUS) and OUT (REGISTER, REGISTER AND IGNORE EXISTING KEY, RESERVE,
 // RELEASE, CLEAR, PREEMPT, PREEMPT AND ABORT; all six reservation types),
-// RESERVE(6/10) and RELEASE(6/10).
+// RESERVE(6/10) and RELEASE(6/10), EXTENDED COPY (LID1) and RECEIVE COPY
+// RESULTS (COPY STATUS, OPERATING PARAMETERS).
 //
 // SBC: READ CAPACITY(10/16), READ and WRITE(6/10/12/16) with FUA, WRITE AND
 // VERIFY(10/12/16), VERIFY(10/12/16) with BYTCHK 00b/01b/11b, SYNCHRONIZE
 // CACHE(10/16), WRITE SAME(10/16) with UNMAP and NDOB, UNMAP, GET LBA STATUS,
-// COMPARE AND WRITE, ORWRITE(16), PRE-FETCH(10/16), START STOP UNIT and
-// PREVENT ALLOW MEDIUM REMOVAL. COMPARE AND WRITE and ORWRITE are atomic
-// against every other writer of their range (a range lock whose common case
-// is two atomic operations per write).
+// COMPARE AND WRITE, ORWRITE(16), WRITE ATOMIC(16) (LUConfig.
+// AtomicTransferBlocks), PRE-FETCH(10/16), READ DEFECT DATA(10/12) (empty
+// lists), START STOP UNIT and PREVENT ALLOW MEDIUM REMOVAL. COMPARE AND
+// WRITE, ORWRITE and WRITE ATOMIC are atomic against every other writer of
+// their range (a range lock whose common case is two atomic operations per
+// write). LUConfig.PhysicalBlockExp sets the physical block (READ
+// CAPACITY(16) LBPPBE, the block limits granularities).
+//
+// # Third-party copy
+//
+// EXTENDED COPY (LID1) copies blocks between LUs of the session's target,
+// as LIO's emulate_3pc and what VMware's XCOPY offload sends: block to block
+// segment descriptors (02h) and identification CSCD descriptors (E4h) that
+// name LUs by the NAA designator of their VPD page 83h, looked up among the
+// LUs the session sees (its LUN view; a read-only mapping is never a
+// destination). Parameter lists are checked whole, in LIO's order, before
+// a block moves; a CSCD that names no LU, a range outside its LU, and I/O
+// failures end the copy with COPY ABORTED, COPY TARGET DEVICE NOT
+// REACHABLE, so hosts fall back to reading and writing. RECEIVE COPY
+// RESULTS reports the copy manager's limits and, per I_T nexus, the status
+// of copies that had a list identifier. LUConfig.NoExtendedCopy turns it
+// off.
 //
 // Not implemented (INVALID COMMAND OPERATION CODE): FORMAT UNIT, SANITIZE,
-// READ DEFECT DATA, LOG SELECT, EXTENDED COPY and the other third-party copy
-// commands, WRITE ATOMIC, the 32-byte variable-length CDBs (READ(32),
+// LOG SELECT, the LID4 third-party copy commands (EXTENDED COPY(LID4),
+// POPULATE TOKEN, WRITE USING TOKEN), RECEIVE COPY RESULTS RECEIVE DATA and
+// FAILED SEGMENT DETAILS, the 32-byte variable-length CDBs (READ(32),
 // ORWRITE(32)...), protection information (xxPROTECT fields other than 0
 // are refused), ACA (NACA 1 and ACA tasks are refused), REGISTER AND MOVE,
 // SPEC_I_PT and APTPL.

@@ -19,11 +19,16 @@ func FuzzExecute(f *testing.F) {
 		rw16(OpOrWrite16, 5, 2, 0), rw10(OpVerify10, 0, 3, 0x06), getLBAStatus(0, 24), rc16(32),
 		[]byte{OpLogSense, 0, 0x40, 0, 0, 0, 0, 1, 0, 0}, reportLUNs(100), []byte{OpReserve6, 0, 0, 0, 0, 0},
 		rtpg(true, 64), rtpg(false, 3), {OpMaintenanceOut, saSetTargetPorts, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0},
+		xcopyCDB(76), xcopyCDB(16), rcrCDB(rcrOpParams, 0, 64), rcrCDB(rcrCopyStatus, 1, 12), writeAtomic(0, 2, 0),
+		{OpReadDefectData10, 0, 0x18, 0, 0, 0, 0, 0, 8, 0}, {OpReadDefectData12, 0x1b, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0},
 	} {
 		f.Add(seed, uint16(512), uint8(DirIn), uint8(0), uint8(0), bytes.Repeat([]byte{1}, 64))
 		f.Add(seed, uint16(1024), uint8(DirOut), uint8(1), uint8(0), bytes.Repeat([]byte{0}, 1024))
 	}
-	fx := newFixture(f, newMem(f, 64, 512), LUConfig{})
+	fx := newFixture(f, newMem(f, 64, 512), LUConfig{AtomicTransferBlocks: 16})
+	// A valid EXTENDED COPY parameter list for the LU, as data-out.
+	f.Add(xcopyCDB(76), uint16(76), uint8(DirOut), uint8(0), uint8(0),
+		xcopyList(1, 0, [][]byte{cscdE4(fx.lu.naa, 512)}, [][]byte{segB2B(0, 0, 4, 0, 8)}))
 	sessions := []*Session{fx.s1, fx.s2}
 	f.Fuzz(func(t *testing.T, cdbBytes []byte, edtl uint16, dir, attr, who uint8, payload []byte) {
 		if len(cdbBytes) > 32 {
@@ -108,6 +113,41 @@ func FuzzUnmapParams(f *testing.F) {
 		lo, hi := descs.span()
 		if lo > hi || hi > blocks {
 			t.Fatalf("span %d-%d", lo, hi)
+		}
+	})
+}
+
+// FuzzXCopyParams checks the EXTENDED COPY parameter list parser: what it
+// accepts holds whole, known descriptors within the limits, and what it
+// refuses it refuses with ILLEGAL REQUEST.
+func FuzzXCopyParams(f *testing.F) {
+	naa := []byte{0x36, 1, 2, 3, 4, 5, 6, 7}
+	e4 := cscdE4(naa, 512)
+	seg := segB2B(0, 1, 8, 0, 100)
+	f.Add(xcopyList(1, 0, [][]byte{e4}, [][]byte{seg}))
+	f.Add(xcopyList(0, 3, [][]byte{e4, e4}, [][]byte{seg, seg}))
+	f.Add(xcopyList(1, 0, [][]byte{e4, e4, e4}, [][]byte{seg}))
+	f.Add(xcopyList(1, 0, [][]byte{e4}, [][]byte{{0x03, 0, 0, 0x10}}))
+	f.Add(xcopyList(1, 2, nil, nil)[:15])
+	f.Fuzz(func(t *testing.T, list []byte) {
+		p, s, ok := parseXCopy(list)
+		if !ok {
+			if s.key != KeyIllegalRequest {
+				t.Fatalf("sense key %v", s.key)
+			}
+			return
+		}
+		if p.cscdCount > xcopyMaxCSCDs || p.segments() > xcopyMaxSegments || len(p.segs)%xcopySegB2BLen != 0 ||
+			len(p.cscds) != p.cscdCount*xcopyCSCDLen || len(p.cscds)+len(p.segs) > xcopyMaxDescList {
+			t.Fatalf("%d CSCDs (%d bytes), %d segment bytes accepted", p.cscdCount, len(p.cscds), len(p.segs))
+		}
+		for i := range p.cscdCount {
+			if n := len(p.cscd(i)); n != 8 && n != 16 {
+				t.Fatalf("CSCD %d: %d-byte designator", i, n)
+			}
+		}
+		for i := range p.segments() {
+			p.segment(i)
 		}
 	})
 }

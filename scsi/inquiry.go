@@ -86,6 +86,9 @@ func (lu *LU) standardInquiry(d *[stdInquiryLen]byte, proto uint8) {
 	d[3] = 0x02 | 0x10
 	d[4] = stdInquiryLen - 5
 	d[5] = 0x10 // TPGS 01b: implicit asymmetric logical unit access
+	if lu.xcopyOK() {
+		d[5] |= 0x08 // 3PC: EXTENDED COPY
+	}
 	d[7] = 0x02 // CMDQUE
 	copy(d[8:16], lu.vendor[:8])
 	copy(d[16:32], lu.product[:16])
@@ -186,4 +189,10 @@ func (lu *LU) blockLimits(d []byte) {
 		binary.BigEndian.PutUint32(d[28:32], uint32(1)<<lu.cfg.PhysicalBlockExp)
 	}
 	binary.BigEndian.PutUint64(d[36:44], lu.cfg.MaxWriteSameBlocks)
+	maxAtomic, align, gran := lu.atomicLimits()
+	binary.BigEndian.PutUint32(d[44:48], maxAtomic)
+	binary.BigEndian.PutUint32(d[48:52], align)
+	binary.BigEndian.PutUint32(d[52:56], gran)
+	// MAXIMUM ATOMIC TRANSFER LENGTH WITH ATOMIC BOUNDARY and MAXIMUM
+	// ATOMIC BOUNDARY SIZE stay 0: no atomic boundaries.
 }

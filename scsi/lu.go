@@ -68,6 +68,24 @@ type LUConfig struct {
 	// does not list them. Set it when several gateways export the disk:
 	// their reservations would not be shared.
 	NoReservations bool
+	// NoExtendedCopy turns the copy manager off, as LIO's emulate_3pc=0:
+	// EXTENDED COPY and RECEIVE COPY RESULTS fail with INVALID COMMAND
+	// OPERATION CODE, the standard INQUIRY data clears 3PC, and copies
+	// through other LUs do not find this one. By default copies run
+	// between LUs of the session's target, found by their NAA designators.
+	NoExtendedCopy bool
+	// AtomicTransferBlocks is the MAXIMUM ATOMIC TRANSFER LENGTH of the
+	// block limits page (at most MaxTransferBlocks and 65535); 0, the
+	// default, leaves WRITE ATOMIC(16) out (INVALID COMMAND OPERATION
+	// CODE, the atomic fields 0). A WRITE ATOMIC is one disk write under
+	// an exclusive range lock: atomic against every other command of the
+	// LU; atomic across a power loss only if the disk writes that many
+	// blocks atomically, so set it for such disks.
+	AtomicTransferBlocks uint32
+	// AtomicAlignment and AtomicGranularity are the ATOMIC ALIGNMENT and
+	// ATOMIC TRANSFER LENGTH GRANULARITY in logical blocks; 0 means one
+	// physical block (1 << PhysicalBlockExp).
+	AtomicAlignment, AtomicGranularity uint32
 }
 
 // LU is a logical unit: SBC-3 semantics over a backstore.Disk. Create it
@@ -189,6 +207,19 @@ func NewLU(disk backstore.Disk, cfg LUConfig) (*LU, error) {
 	}
 	if lu.cfg.PhysicalBlockExp > 15 {
 		return nil, fmt.Errorf("%w: physical block exponent %d", ErrBlockSize, lu.cfg.PhysicalBlockExp)
+	}
+	if n := lu.cfg.AtomicTransferBlocks; n != 0 {
+		a, g := lu.cfg.AtomicAlignment, lu.cfg.AtomicGranularity
+		if a == 0 {
+			a = 1 << lu.cfg.PhysicalBlockExp
+		}
+		if g == 0 {
+			g = 1 << lu.cfg.PhysicalBlockExp
+		}
+		if a&(a-1) != 0 || g&(g-1) != 0 || a > n || g > n {
+			return nil, fmt.Errorf("%w: atomic transfer length %d, alignment %d, granularity %d (powers of two up to the length)",
+				ErrBlockSize, n, a, g)
+		}
 	}
 	lu.blocks.Store(uint64(disk.Size()) >> lu.shift)
 	lu.mode.Store(lu.defaultMode())

@@ -453,6 +453,12 @@ func execWriteSame(lu *LU, c *Command, b cdb, it *itl) {
 		c.fail(invalidCDB(f.lenOff, -1))
 		return
 	}
+	// Write protection before the data-out: a WRITE SAME with UNMAP to a
+	// read-only LU is refused as such, whatever data came with it (LIO
+	// checks it when it looks the LUN up).
+	if !lu.checkWritable(c) {
+		return
+	}
 	var pattern []byte
 	if !ndob {
 		c.need = uint64(lu.bs)
@@ -463,9 +469,6 @@ func execWriteSame(lu *LU, c *Command, b cdb, it *itl) {
 		}
 		pattern = data
 		c.xfer = uint64(lu.bs)
-	}
-	if !lu.checkWritable(c) {
-		return
 	}
 	zero := ndob || allZero(pattern)
 	off := int64(f.lba << lu.shift)

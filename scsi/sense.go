@@ -57,6 +57,7 @@ const (
 	KeyUnitAttention  SenseKey = 0x6
 	KeyDataProtect    SenseKey = 0x7
 	KeyBlankCheck     SenseKey = 0x8
+	KeyCopyAborted    SenseKey = 0xa
 	KeyAbortedCommand SenseKey = 0xb
 	KeyMiscompare     SenseKey = 0xe
 )
@@ -82,6 +83,8 @@ func (k SenseKey) String() string {
 		return "DATA PROTECT"
 	case KeyBlankCheck:
 		return "BLANK CHECK"
+	case KeyCopyAborted:
+		return "COPY ABORTED"
 	case KeyAbortedCommand:
 		return "ABORTED COMMAND"
 	case KeyMiscompare:
@@ -98,6 +101,7 @@ type ASC uint16
 // Additional sense codes used by the target.
 const (
 	ASCNoAdditionalSense            ASC = 0x0000
+	ASCOperationInProgress          ASC = 0x0016
 	ASCLUNotReady                   ASC = 0x0400
 	ASCLUNotReadyManualIntervention ASC = 0x0403
 	ASCALUATransition               ASC = 0x040a // ASYMMETRIC ACCESS STATE TRANSITION
@@ -105,6 +109,7 @@ const (
 	ASCALUAUnavailable              ASC = 0x040c // TARGET PORT IN UNAVAILABLE STATE
 	ASCALUAOffline                  ASC = 0x0412 // LOGICAL UNIT NOT READY, OFFLINE (LIO's ASCQ_04H_ALUA_OFFLINE)
 	ASCWriteError                   ASC = 0x0c00
+	ASCCopyTargetNotReachable       ASC = 0x0d02 // COPY TARGET DEVICE NOT REACHABLE
 	ASCInvalidFieldInCommandIU      ASC = 0x0e03
 	ASCUnrecoveredReadError         ASC = 0x1100
 	ASCParameterListLengthError     ASC = 0x1a00
@@ -115,6 +120,10 @@ const (
 	ASCLUNotSupported               ASC = 0x2500
 	ASCInvalidFieldInParameterList  ASC = 0x2600
 	ASCInvalidReleaseOfPR           ASC = 0x2604
+	ASCTooManyTargetDescriptors     ASC = 0x2606
+	ASCUnsupportedTargetDescType    ASC = 0x2607 // UNSUPPORTED TARGET DESCRIPTOR TYPE CODE
+	ASCTooManySegmentDescriptors    ASC = 0x2608
+	ASCUnsupportedSegmentDescType   ASC = 0x2609 // UNSUPPORTED SEGMENT DESCRIPTOR TYPE CODE
 	ASCWriteProtected               ASC = 0x2700
 	ASCSoftwareWriteProtected       ASC = 0x2702
 	ASCSpaceAllocationFailedWP      ASC = 0x2707 // SPACE ALLOCATION FAILED WRITE PROTECT

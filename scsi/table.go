@@ -186,6 +186,19 @@ func newCommandTable(lu *LU) *commandTable {
 		add(&cmdDesc{name: "UNMAP", op: OpUnmap, usage: []byte{OpUnmap, 0x01, 0, 0, 0, 0, 0x1f, 0xff, 0xff, uCtl}, class: classWrite, exec: execUnmap,
 			dataOut: func(lu *LU, b cdb) uint64 { return uint64(b.u16(7)) }})
 	}
+	add(&cmdDesc{name: "READ DEFECT DATA(10)", op: OpReadDefectData10, usage: []byte{OpReadDefectData10, 0, 0x1f, 0, 0, 0, 0, 0xff, 0xff, uCtl}, class: classRead, exec: execReadDefectData})
+	add(&cmdDesc{name: "READ DEFECT DATA(12)", op: OpReadDefectData12, usage: []byte{OpReadDefectData12, 0x1f, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, uCtl}, class: classRead, exec: execReadDefectData})
+	if lu.cfg.AtomicTransferBlocks != 0 {
+		add(&cmdDesc{name: "WRITE ATOMIC(16)", op: OpWriteAtomic16, usage: cat([]byte{OpWriteAtomic16, 0xf8}, ff4, ff4, []byte{0xff, 0xff, 0xff, 0xff, 0x1f, uCtl}), class: classWrite, exec: execWriteAtomic,
+			dataOut: func(lu *LU, b cdb) uint64 { return uint64(b.u16(12)) << lu.shift }})
+	}
+	if lu.xcopyOK() {
+		add(&cmdDesc{name: "EXTENDED COPY", op: OpExtendedCopy, sa: 0, hasSA: true, usage: cat([]byte{OpExtendedCopy, 0x1f}, make([]byte, 8), ff4, []byte{0, uCtl}), class: classWrite, exec: execExtendedCopy,
+			dataOut: func(lu *LU, b cdb) uint64 { return uint64(b.u32(10)) }})
+		for _, sa := range []uint8{rcrCopyStatus, rcrOpParams} {
+			add(&cmdDesc{name: "RECEIVE COPY RESULTS", op: OpReceiveCopyResults, sa: sa, hasSA: true, usage: cat([]byte{OpReceiveCopyResults, 0x1f, 0xff}, make([]byte, 7), ff4, []byte{0, uCtl}), class: classAllowed, exec: execReceiveCopyResults})
+		}
+	}
 	add(&cmdDesc{name: "READ(16)", op: OpRead16, usage: rw16(OpRead16, uRWFlg), class: classRead, exec: execRead})
 	add(&cmdDesc{name: "COMPARE AND WRITE", op: OpCompareAndWrite, usage: cat([]byte{OpCompareAndWrite, uRWFlg}, ff4, ff4, []byte{0, 0, 0, 0xff, 0x1f, uCtl}), class: classWrite, exec: execCompareAndWrite,
 		dataOut: func(lu *LU, b cdb) uint64 { return 2 * uint64(b[13]) << lu.shift }})

@@ -13,6 +13,8 @@ type itl struct {
 	ua atomic.Uint32
 	// prevent records PREVENT ALLOW MEDIUM REMOVAL from this nexus.
 	prevent atomic.Bool
+	// copies are the EXTENDED COPY statuses of this nexus.
+	copies copyStatuses
 }
 
 // Unit attention conditions, in reporting priority order (lowest bit
