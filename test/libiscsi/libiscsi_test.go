@@ -17,6 +17,7 @@ import (
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/iser"
 	"github.com/rdisk/rdisk/iser/target"
+	"github.com/rdisk/rdisk/scsi"
 )
 
 const iqn = "iqn.2026-11.io.rdisk:libiscsi"
@@ -52,6 +53,22 @@ type result struct {
 	detail      string
 }
 
+// elsewhere are the tests run against another LU than LUN 0 (each LUN's
+// tests are one iscsi-test-cu run):
+//   - LUN 1, one logical block per physical block: GetLBAStatus.UnmapSingle
+//     asks for the status at LBA i+1 and wants a descriptor starting at
+//     i+LBPPB, which only LBPPB 1 allows (SBC-4 5.8.2: the first descriptor
+//     contains the starting LBA; libiscsi 1.19 and its master);
+//   - LUN 2, read-only: ReadOnly.ReadOnlySBC checks that every write
+//     command is refused (it skips on a writable LU).
+var elsewhere = map[string]uint64{
+	"GetLBAStatus.UnmapSingle": 1,
+	"ReadOnly.ReadOnlySBC":     2,
+}
+
+// TestISCSITestCU runs the acceptance families (RDISK_LIBISCSI_ALL=1: the
+// whole suite, --test=ALL) against a target with two
+// portals, so that the MultipathIO tests have two paths to LUN 0.
 func TestISCSITestCU(t *testing.T) {
 	bin, err := exec.LookPath("iscsi-test-cu")
 	if err != nil {
@@ -59,22 +76,56 @@ func TestISCSITestCU(t *testing.T) {
 	}
 	url := os.Getenv("RDISK_LIBISCSI_URL")
 	peer := url != ""
-	if !peer {
-		url = "iscsi://" + startTarget(t, nil) + "/" + iqn + "/0"
-	}
-	avail := listTests(t, bin)
-	var run []string
-	for _, f := range families {
-		if avail[f] {
-			run = append(run, f)
-		} else {
-			t.Logf("%s: not in this libiscsi (skipped)", f)
+	all := os.Getenv("RDISK_LIBISCSI_ALL") != ""
+	avail, list := listTests(t, bin)
+	roots := []string{"ALL"}
+	if !all {
+		roots = nil
+		for _, f := range families {
+			if avail[f] {
+				roots = append(roots, f)
+			} else {
+				t.Logf("%s: not in this libiscsi (skipped)", f)
+			}
 		}
 	}
-	out := runCU(t, bin, url, run)
-	res := parse(out)
-	if len(res) == 0 {
-		t.Fatalf("no test results in the output:\n%s", out)
+	perLUN := map[uint64][]string{}
+	for _, root := range roots {
+		for lun, names := range expand(list, root) {
+			if peer {
+				lun = 0
+			}
+			perLUN[lun] = append(perLUN[lun], names...)
+		}
+	}
+	var urls func(lun uint64) []string
+	if peer {
+		urls = func(uint64) []string { return []string{url} }
+	} else {
+		portals := startTarget(t, nil, 2)
+		urls = func(lun uint64) []string {
+			var u []string
+			for i, p := range portals {
+				if i == 0 || lun == 0 {
+					u = append(u, fmt.Sprintf("iscsi://%s/%s/%d", p, iqn, lun))
+				}
+			}
+			return u
+		}
+	}
+	var res []result
+	luns := make([]uint64, 0, len(perLUN))
+	for lun := range perLUN {
+		luns = append(luns, lun)
+	}
+	slices.Sort(luns)
+	for _, lun := range luns {
+		out := runCU(t, bin, urls(lun), perLUN[lun])
+		r := parse(out)
+		if len(r) == 0 {
+			t.Fatalf("no test results in the output of LUN %d:\n%s", lun, out)
+		}
+		res = append(res, r...)
 	}
 	type count struct{ pass, fail, skip int }
 	per := map[string]*count{}
@@ -117,9 +168,57 @@ func TestISCSITestCU(t *testing.T) {
 		t.Logf("RDISK_LIBISCSI_URL=%s: counts only, failures not checked", url)
 		return
 	}
+	want := 0
+	for _, names := range perLUN {
+		for _, n := range names {
+			want += numTests(list, n)
+		}
+	}
+	if len(res) != want {
+		t.Errorf("%d results for %d tests: iscsi-test-cu stopped early", len(res), want)
+	}
 	for _, u := range unexpected {
 		t.Error(u)
 	}
+}
+
+// expand returns the test patterns of root ("ALL", "SCSI.Read10") per LUN:
+// root's suites, except that a suite holding a test of another LU is split
+// into its tests; in the order iscsi-test-cu lists them.
+func expand(list []string, root string) map[uint64][]string {
+	out := map[uint64][]string{}
+	suites := []string{root}
+	if strings.Count(root, ".") == 0 { // a family: its suites
+		suites = nil
+		for _, name := range list {
+			if strings.HasPrefix(name, root+".") && strings.Count(name, ".") == 1 {
+				suites = append(suites, name)
+			}
+		}
+	}
+	for _, suite := range suites {
+		split := false
+		for st := range elsewhere {
+			split = split || strings.HasPrefix(st, suiteTest(suite)+".")
+		}
+		if !split {
+			out[0] = append(out[0], suite)
+			continue
+		}
+		for _, name := range list {
+			if strings.HasPrefix(name, suite+".") && strings.Count(name, ".") == 2 {
+				lun := elsewhere[suiteTest(name)]
+				out[lun] = append(out[lun], name)
+			}
+		}
+	}
+	return out
+}
+
+// suiteTest strips the family: "ALL.Read10.Simple" is "Read10.Simple".
+func suiteTest(name string) string {
+	_, st, _ := strings.Cut(name, ".")
+	return st
 }
 
 // TestISCSITestCUCHAP logs in with CHAP through libiscsi's URL syntax.
@@ -128,63 +227,115 @@ func TestISCSITestCUCHAP(t *testing.T) {
 	if err != nil {
 		t.Skip("iscsi-test-cu not installed (Debian package libiscsi-bin)")
 	}
-	addr := startTarget(t, &iser.CHAPSecret{User: "rdisk", Secret: "libiscsi-secret"})
-	out := runCU(t, bin, "iscsi://rdisk%libiscsi-secret@"+addr+"/"+iqn+"/0", []string{"SCSI.TestUnitReady"})
+	addr := startTarget(t, &iser.CHAPSecret{User: "rdisk", Secret: "libiscsi-secret"}, 1)[0]
+	out := runCU(t, bin, []string{"iscsi://rdisk%libiscsi-secret@" + addr + "/" + iqn + "/0"}, []string{"SCSI.TestUnitReady"})
 	res := parse(out)
 	if len(res) != 1 || res[0].outcome != "passed" {
 		t.Fatalf("TestUnitReady with CHAP: %+v\n%s", res, out)
 	}
-	out = runCU(t, bin, "iscsi://rdisk%wrong-secret-123@"+addr+"/"+iqn+"/0", []string{"SCSI.TestUnitReady"})
+	out = runCU(t, bin, []string{"iscsi://rdisk%wrong-secret-123@" + addr + "/" + iqn + "/0"}, []string{"SCSI.TestUnitReady"})
 	if res := parse(out); len(res) == 1 && res[0].outcome == "passed" {
 		t.Fatalf("TestUnitReady with a wrong CHAP secret passed:\n%s", out)
 	}
 }
 
-func startTarget(t *testing.T, chap *iser.CHAPSecret) string {
-	disk, err := backstore.NewMem(128<<20, 512)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tg, err := target.New(target.Config{Targets: []target.TargetConfig{{Name: iqn, CHAP: chap,
-		LUNs: []target.LUNConfig{{LUN: 0, Disk: disk}}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- tg.Serve(context.Background(), ln) }()
-	t.Cleanup(func() {
-		tg.Close()
-		<-done
-	})
-	return ln.Addr().String()
+// The LUs under test: LUN 0 has 512-byte logical blocks in 4 KiB physical
+// blocks (LBPPB 8, for the WRITE SAME and COMPARE AND WRITE tests that
+// need LBPPB > 1) and WRITE ATOMIC(16) up to 1 MiB (the RAM disk writes
+// atomically under the LU's range lock); LUN 1 has LBPPB 1 and LUN 2 is
+// read-only (see elsewhere).
+var luns = []struct {
+	lun  uint64
+	size int64
+	cfg  scsi.LUConfig
+}{
+	{0, 128 << 20, scsi.LUConfig{PhysicalBlockExp: 3, AtomicTransferBlocks: 2048}},
+	{1, 32 << 20, scsi.LUConfig{}},
+	{2, 8 << 20, scsi.LUConfig{ReadOnly: true}},
 }
 
-// listTests returns the families and suites iscsi-test-cu knows.
-func listTests(t *testing.T, bin string) map[string]bool {
+// startTarget serves one target with the LUs above on n portals and
+// returns their addresses.
+func startTarget(t *testing.T, chap *iser.CHAPSecret, n int) []string {
+	var lcs []target.LUNConfig
+	for _, l := range luns {
+		disk, err := backstore.NewMem(l.size, 512)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lcs = append(lcs, target.LUNConfig{LUN: l.lun, Disk: disk, LU: l.cfg})
+	}
+	tg, err := target.New(target.Config{Targets: []target.TargetConfig{{Name: iqn, CHAP: chap, LUNs: lcs}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	done := make(chan error, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, ln.Addr().String())
+		go func() { done <- tg.Serve(context.Background(), ln) }()
+	}
+	t.Cleanup(func() {
+		tg.Close()
+		for range n {
+			<-done
+		}
+	})
+	return addrs
+}
+
+// listTests returns the families, suites and tests iscsi-test-cu knows,
+// as a set and in its order.
+func listTests(t *testing.T, bin string) (map[string]bool, []string) {
 	out, err := exec.Command(bin, "--list").Output()
 	if err != nil && len(out) == 0 {
 		t.Fatalf("iscsi-test-cu --list: %v", err)
 	}
 	m := map[string]bool{}
+	var list []string
 	for _, l := range strings.Split(string(out), "\n") {
-		m[strings.TrimSpace(l)] = true
+		if l = strings.TrimSpace(l); l != "" && !m[l] {
+			m[l] = true
+			list = append(list, l)
+		}
 	}
-	return m
+	return m, list
 }
 
-func runCU(t *testing.T, bin, url string, tests []string) string {
+// numTests is the number of tests a pattern (a suite or a test) names.
+func numTests(list []string, pattern string) int {
+	if strings.Count(pattern, ".") == 2 {
+		return 1
+	}
+	n := 0
+	for _, name := range list {
+		if strings.HasPrefix(name, pattern+".") && strings.Count(name, ".") == 2 {
+			n++
+		}
+	}
+	return n
+}
+
+// runCU runs tests (patterns) with iscsi-test-cu against urls (several:
+// the paths of a multipath LU). iscsi-test-cu adds the patterns of --test
+// from the last one back, so they are passed in reverse to run in order.
+func runCU(t *testing.T, bin string, urls, tests []string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-d", "--test="+strings.Join(tests, ","), url)
+	rev := slices.Clone(tests)
+	slices.Reverse(rev)
+	cmd := exec.CommandContext(ctx, bin, append([]string{"-d", "--test=" + strings.Join(rev, ",")}, urls...)...)
 	cmd.Dir = t.TempDir() // CUnit may write result files
 	cmd.WaitDelay = 5 * time.Second
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
+	start := time.Now()
 	err := cmd.Run()
+	t.Logf("iscsi-test-cu %s: %d patterns in %v", urls[0], len(tests), time.Since(start).Round(time.Millisecond))
 	if ctx.Err() != nil {
 		t.Fatalf("iscsi-test-cu timed out:\n%s", buf.String())
 	}
