@@ -108,6 +108,7 @@ const (
 	ASCALUAStandby                  ASC = 0x040b // TARGET PORT IN STANDBY STATE
 	ASCALUAUnavailable              ASC = 0x040c // TARGET PORT IN UNAVAILABLE STATE
 	ASCALUAOffline                  ASC = 0x0412 // LOGICAL UNIT NOT READY, OFFLINE (LIO's ASCQ_04H_ALUA_OFFLINE)
+	ASCLUCommunicationFailure       ASC = 0x0800
 	ASCWriteError                   ASC = 0x0c00
 	ASCCopyTargetNotReachable       ASC = 0x0d02 // COPY TARGET DEVICE NOT REACHABLE
 	ASCInvalidFieldInCommandIU      ASC = 0x0e03

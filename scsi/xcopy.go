@@ -22,7 +22,8 @@ import (
 // a range outside its LU, and any failure while copying end the command
 // with COPY ABORTED and COPY TARGET DEVICE NOT REACHABLE (0Dh/02h), the
 // sense LIO returns so that hosts fall back to reading and writing
-// themselves.
+// themselves; LUs of different block sizes with NOT READY, LOGICAL UNIT
+// COMMUNICATION FAILURE, as LIO.
 
 // Copy manager limits reported by RECEIVE COPY RESULTS OPERATING
 // PARAMETERS.
@@ -326,7 +327,16 @@ func execExtendedCopy(lu *LU, c *Command, b cdb, it *itl) {
 		sx, di, nlb, slba, dlba := p.segment(i)
 		src, _, ok1 := resolve(sx)
 		dst, ro, ok2 := resolve(di)
-		if !ok1 || !ok2 || src.bs != dst.bs || !src.inRange(slba, uint64(nlb)) || !dst.inRange(dlba, uint64(nlb)) {
+		if !ok1 || !ok2 {
+			c.fail(senseCopyTargetUnreachable)
+			return
+		}
+		if src.bs != dst.bs {
+			// LIO: TCM_LOGICAL_UNIT_COMMUNICATION_FAILURE.
+			c.fail(senseInfo{key: KeyNotReady, asc: ASCLUCommunicationFailure})
+			return
+		}
+		if !src.inRange(slba, uint64(nlb)) || !dst.inRange(dlba, uint64(nlb)) {
 			c.fail(senseCopyTargetUnreachable)
 			return
 		}

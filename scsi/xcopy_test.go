@@ -219,6 +219,21 @@ func TestExtendedCopyVisibility(t *testing.T) {
 	}
 }
 
+func TestExtendedCopyBlockSizes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil, LUConfig{})
+	lu1, err := NewLU(newMem(t, 64, 4096), LUConfig{Serial: "TESTSERIAL4K"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.tgt.Map(1, lu1); err != nil {
+		t.Fatal(err)
+	}
+	clearUA(t, f.s1, 0)
+	cscds := [][]byte{cscdE4(f.lu.naa, testBS), cscdE4(lu1.naa, 4096)}
+	expect(t, xcopy(f.s1, 0, xcopyList(0, listIDNone, cscds, [][]byte{segB2B(0, 1, 8, 0, 0)})), KeyNotReady, ASCLUCommunicationFailure)
+}
+
 func TestExtendedCopyReservation(t *testing.T) {
 	t.Parallel()
 	f, lu1 := twoLUs(t, LUConfig{})
