@@ -110,39 +110,27 @@ func (p *rdiskProc) kill() {
 	<-p.done
 }
 
-// waitOutput waits until the process printed a match of re and returns
-// its first submatch.
-func (p *rdiskProc) waitOutput(re *regexp.Regexp) string {
-	p.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if m := re.FindStringSubmatch(p.out.String()); m != nil {
-			return m[1]
-		}
-		select {
-		case <-p.done:
-			p.t.Fatalf("%s exited: %v\n%s", p.name, p.cmd.ProcessState, p.out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("%s printed no %s:\n%s", p.name, re, p.out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+// The URLs `rdisk target` prints, by scheme.
+var durURLRe = map[string]*regexp.Regexp{
+	"nvme":     regexp.MustCompile(`(?m)^\s+(nvme://\S+)$`),
+	"nvme+tcp": regexp.MustCompile(`(?m)^\s+(nvme\+tcp://\S+)$`),
+	"iscsi":    regexp.MustCompile(`\s(iscsi://\S+)`),
+	"iser":     regexp.MustCompile(`\s(iser://\S+)`),
+	"srp":      regexp.MustCompile(`(?m)^\s+(srp://\S+)$`),
 }
 
-var tcpURLRe = regexp.MustCompile(`(?m)^\s+(nvme\+tcp://\S+)$`)
-
-// durTarget is an `rdisk target` process over a file, restartable on its
-// first address.
+// durTarget is an `rdisk target` process over a file (NVMe-oF, iSCSI/iSER
+// and SRP on 127.0.0.1), restartable on the ports it got first.
 type durTarget struct {
-	t         *testing.T
-	img, addr string
-	proc      *rdiskProc
+	t                *testing.T
+	img              string
+	nvme, iscsi, srp string // listen addresses
+	urls             map[string]string
+	proc             *rdiskProc
 }
 
 func startDurTarget(t *testing.T, img string) *durTarget {
-	tt := &durTarget{t: t, img: img, addr: "127.0.0.1:0"}
+	tt := &durTarget{t: t, img: img, nvme: "127.0.0.1:0", iscsi: "127.0.0.1:0", srp: "127.0.0.1:0"}
 	tt.start()
 	return tt
 }
@@ -150,19 +138,31 @@ func startDurTarget(t *testing.T, img string) *durTarget {
 func (tt *durTarget) start() {
 	tt.t.Helper()
 	args := []string{"target", "--file", tt.img, "--size", "16MiB", "--block-size", "4096", "--nqn", testNQN,
-		"--listen", tt.addr, "--discovery-listen=", "--iscsi-listen=", "--srp-listen=", "--admin-socket=", "--cpus", "2"}
+		"--listen", tt.nvme, "--iscsi-listen", tt.iscsi, "--srp-listen", tt.srp, "--discovery-listen=", "--admin-socket=", "--cpus", "2"}
+	hostport := func(u string) string {
+		_, rest, _ := strings.Cut(u, "://")
+		hp, _, _ := strings.Cut(rest, "/")
+		return hp
+	}
 	for try := 0; ; try++ {
 		tt.proc = startRdiskProc(tt.t, "target", args...)
-		u := tt.proc.waitOutputOrExit(tcpURLRe)
-		if u != "" {
-			addr := strings.TrimPrefix(u, "nvme+tcp://")
-			tt.addr, _, _ = strings.Cut(addr, "/")
+		// The SRP URL comes last.
+		if tt.proc.waitOutputOrExit(durURLRe["srp"]) != "" {
+			tt.urls = map[string]string{}
+			for scheme, re := range durURLRe {
+				m := re.FindStringSubmatch(tt.proc.out.String())
+				if m == nil {
+					tt.t.Fatalf("the target printed no %s:// URL:\n%s", scheme, tt.proc.out.String())
+				}
+				tt.urls[scheme] = m[1]
+			}
+			tt.nvme, tt.iscsi, tt.srp = hostport(tt.urls["nvme"]), hostport(tt.urls["iscsi"]), hostport(tt.urls["srp"])
 			return
 		}
-		// The port may be taken for a moment (another test's ephemeral
-		// port); try again on the same one.
+		// A port may be taken for a moment (another test's ephemeral
+		// port); try again on the same ones.
 		if try == 20 {
-			tt.t.Fatalf("the target did not start again on %s:\n%s", tt.addr, tt.proc.out.String())
+			tt.t.Fatalf("the target did not start again on %s, %s, %s:\n%s", tt.nvme, tt.iscsi, tt.srp, tt.proc.out.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -672,15 +672,15 @@ func (w *durWriter) logStats(t *testing.T, res durCheck) {
 }
 
 // TestDurabilityTargetKill: writes with flushes run through the daemon's
-// NBD export to an `rdisk target` process over a file (NVMe/TCP, and
-// NVMe/RDMA over software iWARP); the
+// NBD export to an `rdisk target` process over a file (NVMe/TCP, NVMe/RDMA
+// over software iWARP, iSCSI/TCP and SRP); the
 // target is SIGKILLed twice under load and started again on the same port
 // and file (the session reconnects and replays what was in flight); the
 // writes stop with the last ones unflushed, and every acknowledged and
 // flushed block reads back exactly, through the export and in the file.
 func TestDurabilityTargetKill(t *testing.T) {
 	t.Parallel()
-	for _, scheme := range []string{"nvme+tcp", "nvme"} {
+	for _, scheme := range []string{"nvme+tcp", "nvme", "iscsi", "srp"} {
 		t.Run(scheme, func(t *testing.T) {
 			t.Parallel()
 			testDurabilityTargetKill(t, scheme)
@@ -694,7 +694,7 @@ func testDurabilityTargetKill(t *testing.T, scheme string) {
 	tt := startDurTarget(t, img)
 	ctl := filepath.Join(dir, "initiator.sock")
 	startDurDaemon(t, ctl)
-	c := connectNBD(t, ctl, filepath.Join(dir, "d.nbd"), scheme+"://"+tt.addr+"/"+testNQN)
+	c := connectNBD(t, ctl, filepath.Join(dir, "d.nbd"), tt.urls[scheme])
 	if c.size != 16<<20 {
 		t.Fatalf("the export has %d bytes, want 16 MiB", c.size)
 	}
@@ -704,14 +704,14 @@ func testDurabilityTargetKill(t *testing.T, scheme string) {
 	go func() { defer close(done); w.run(ctx, 16, 64) }()
 	defer func() { stop(); <-done }()
 
-	for k, at := range []int{3000, 9000} {
+	for k, at := range []int{2000, 4500} {
 		w.waitAcked(t, at, "before the kill")
 		tt.proc.kill()
 		_, acked, durable, _, _, _ := w.stats()
 		t.Logf("kill %d: SIGKILLed the target after %d acknowledged writes, %d of them flushed", k+1, acked, durable)
 		time.Sleep(100 * time.Millisecond) // writes queue in the daemon
 		tt.start()
-		w.waitAcked(t, acked+2000, "after the restart")
+		w.waitAcked(t, acked+1500, "after the restart")
 	}
 	stop()
 	<-done
@@ -735,7 +735,7 @@ func testDurabilityTargetKill(t *testing.T, scheme string) {
 // through the old one reads back exactly.
 func TestDurabilityDaemonKill(t *testing.T) {
 	t.Parallel()
-	for _, scheme := range []string{"nvme", "nvme+tcp"} {
+	for _, scheme := range []string{"nvme", "nvme+tcp", "iscsi", "srp"} {
 		t.Run(scheme, func(t *testing.T) {
 			t.Parallel()
 			testDurabilityDaemonKill(t, scheme)
@@ -747,7 +747,7 @@ func testDurabilityDaemonKill(t *testing.T, scheme string) {
 	dir := t.TempDir()
 	img := filepath.Join(dir, "disk.img")
 	tt := startDurTarget(t, img)
-	url := scheme + "://" + tt.addr + "/" + testNQN
+	url := tt.urls[scheme]
 	ctl := filepath.Join(dir, "initiator.sock")
 	nbdSock := filepath.Join(dir, "d.nbd")
 	d := startDurDaemon(t, ctl)
@@ -755,7 +755,7 @@ func testDurabilityDaemonKill(t *testing.T, scheme string) {
 	w := &durWriter{plan: durPlan{blocks: c.size / durBS}, c: c}
 	done := make(chan struct{})
 	go func() { defer close(done); w.run(context.Background(), 16, 64) }()
-	w.waitAcked(t, 6000, "before the kill")
+	w.waitAcked(t, 3000, "before the kill")
 	d.kill()
 	<-done // every request in flight fails with the connection
 	_, acked, durable, failed, _, _ := w.stats()
