@@ -73,7 +73,9 @@
 // on TCP, Reject for values out of range, keys sent by the wrong side or in
 // the wrong stage and for the obsolete marker keys, and NotUnderstood for
 // unknown keys; a key offered twice fails the login. A target proposes a
-// key itself only when the RFC default is outside what it accepts.
+// key itself only when the RFC default is outside what it accepts. A
+// Login Request with an AHS (RFC 7143 defines none) fails the login with
+// 02/00 initiator error.
 //
 // In full feature phase a TextResponder answers Text Requests (SendTargets
 // for discovery and normal sessions) and splits long answers across Text

@@ -64,8 +64,8 @@
 // drained.
 //
 // iSER: the CM private data is answered as Linux isert does (ZBVA never
-// used; Send with Invalidate unless the initiator refused it or
-// Config.NoSendWithInvalidate). Data-in goes by RDMA Write to the read
+// used; Send with Invalidate unless the initiator refused it, sent no
+// private data at all, or Config.NoSendWithInvalidate). Data-in goes by RDMA Write to the read
 // STag/VA, data-out after the immediate data is pulled by one RDMA Read from
 // the write STag/VA (InitialR2T=Yes: no Data-Out PDUs), and the SCSI
 // Response follows as a Send (with Invalidate of the command's STag). The
@@ -83,6 +83,35 @@
 // iser.TextResponder, Logout closes the connection after its response,
 // SNACKs are rejected (ErrorRecoveryLevel 0), a login with the ISID of a
 // live session reinstates it.
+//
+// # Errors and stalled peers
+//
+// Immediate data is checked as LIO's iscsit_setup_scsi_cmd checks it: more
+// than FirstBurstLength is rejected with reason Invalid PDU field (LIO's
+// ISCSI_REASON_BOOKMARK_INVALID); more than the Expected Data Transfer
+// Length, immediate data with ImmediateData=No, or all of the data
+// immediate with the F bit clear are rejected as protocol errors. The
+// connection stays and the command's CmdSN is not consumed (RFC 7143
+// section 11.17.1: the initiator plugs the gap). Unsolicited Data-Out
+// beyond FirstBurstLength fails its command with CHECK CONDITION, ABORTED
+// COMMAND, 0x0c0d, as LIO's iscsit_check_unsolicited_dataout. Errors that
+// end the connection at ErrorRecoveryLevel 0 with the PDU's header intact
+// (a data segment longer than MaxRecvDataSegmentLength, Data-Out beyond
+// the expected length or the R2T, a malformed PDU on iSER) are answered
+// with a Reject carrying that header first; the connection closes once it
+// is sent (at most a second later). Header digest errors and garbage
+// without a header close at once.
+//
+// A connection in full feature phase that receives nothing for
+// Config.NopInInterval (default 15 s, LIO's nopin_timeout) is pinged with
+// a NOP-In (ITT 0xffffffff, a TTT of the target's, StatSN not advanced);
+// if the NOP-Out echoing that TTT does not come within Config.NopInTimeout
+// (default 30 s, LIO's nopin_response_timeout) the connection is dropped
+// and its tasks end as on any connection loss (session end reason
+// "timeout"). On iSCSI/TCP a PDU must arrive whole within
+// Config.PDUTimeout (default 30 s) once its first byte did: a header or
+// data segment that stops midway drops the connection. The login phase,
+// a partial Login Request included, is bounded by Config.LoginTimeout.
 //
 // # Management
 //

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rdisk/rdisk/iser"
+	"github.com/rdisk/rdisk/iser/initiator"
 	"github.com/rdisk/rdisk/scsi"
 )
 
@@ -386,5 +387,28 @@ func TestLoginTimeoutPartialPDU(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("a partial Login Request held the connection past the login timeout")
+	}
+}
+
+// TestNopInInitiator: rdisk's own initiator answers the target's pings
+// over iSCSI/TCP and iSER, so an idle session outlives many ping
+// timeouts.
+func TestNopInInitiator(t *testing.T) {
+	t.Parallel()
+	for _, tr := range []iser.Transport{iser.TransportTCP, iser.TransportISER} {
+		t.Run(tr.String(), func(t *testing.T) {
+			t.Parallel()
+			pt := startPortal(t, func(c *Config) { c.NopInInterval, c.NopInTimeout = 10*time.Millisecond, 100*time.Millisecond })
+			s := pt.mustLogin(t, tr, fuzzIQN, pt.config(t, "iqn.2026-12.io.rdisk:nopin-"+tr.String()))
+			time.Sleep(500 * time.Millisecond)
+			cmd := &initiator.Command{CDB: []byte{scsi.OpReportLUNs, 0, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0}, DataIn: make([]byte, 4096)}
+			execute(t, s, cmd)
+			if cmd.Status != scsi.StatusGood {
+				t.Fatalf("REPORT LUNS after idling: %v", cmd.Status)
+			}
+			if n := pt.tg.Stats().SessionsClosed["timeout"]; n != 0 {
+				t.Fatalf("%d sessions timed out", n)
+			}
+		})
 	}
 }
