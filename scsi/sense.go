@@ -142,6 +142,7 @@ const (
 	ASCMediumNotPresent             ASC = 0x3a00
 	ASCReportedLUNsDataChanged      ASC = 0x3f0e
 	ASCInternalTargetFailure        ASC = 0x4400
+	ASCInsufficientResources        ASC = 0x5503
 	ASCInvalidMessageError          ASC = 0x4900
 	ASCMediumRemovalPrevented       ASC = 0x5302
 	ASCFailurePredictionThreshold   ASC = 0x5d00

@@ -35,8 +35,8 @@ const (
 	xcopyMaxSegments   = 8
 	xcopyMaxDescList   = 1024 // MAXIMUM DESCRIPTOR LIST LENGTH, as LIO
 	xcopyMaxSegBlocks  = 0xffff
-	xcopyMaxConcurrent = 1
 	xcopyStatusSlots   = 8 // copy statuses kept per I_T nexus
+	xcopyMaxConcurrent = xcopyStatusSlots
 
 	cscdIdentification = 0xe4
 	segBlockToBlock    = 0x02
@@ -182,17 +182,19 @@ type copyStatuses struct {
 	slot [xcopyStatusSlots]copyStatus
 }
 
-// begin records a copy with list ID id as running. It fails when a copy
-// with that list ID is still running on the nexus (OPERATION IN
-// PROGRESS) or when every slot holds a running copy.
-func (t *copyStatuses) begin(id uint8) (*copyStatus, bool) {
+// begin records a copy with list ID id as running. It fails with the
+// sense data to end the command with when a copy with that list ID is
+// still running on the nexus (OPERATION IN PROGRESS) or when every slot
+// holds a running copy (INSUFFICIENT RESOURCES: more than MAXIMUM
+// CONCURRENT COPIES).
+func (t *copyStatuses) begin(id uint8) (*copyStatus, senseInfo, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var slot *copyStatus
 	for i := range t.slot {
 		if s := &t.slot[i]; s.used && s.listID == id {
 			if s.running {
-				return nil, false
+				return nil, senseInfo{key: KeyIllegalRequest, asc: ASCOperationInProgress}, false
 			}
 			slot = s
 			break
@@ -211,11 +213,11 @@ func (t *copyStatuses) begin(id uint8) (*copyStatus, bool) {
 		}
 	}
 	if slot == nil {
-		return nil, false
+		return nil, senseInfo{key: KeyIllegalRequest, asc: ASCInsufficientResources}, false
 	}
 	t.seq++
 	*slot = copyStatus{used: true, running: true, listID: id, seq: t.seq}
-	return slot, true
+	return slot, senseInfo{}, true
 }
 
 func (t *copyStatuses) update(s *copyStatus, segments uint16, n uint64, done, failed bool) {
@@ -356,8 +358,9 @@ func execExtendedCopy(lu *LU, c *Command, b cdb, it *itl) {
 	}
 	var st *copyStatus
 	if p.usage != listIDNone {
-		if st, ok = it.copies.begin(p.listID); !ok {
-			c.fail(senseInfo{key: KeyIllegalRequest, asc: ASCOperationInProgress})
+		var serr senseInfo
+		if st, serr, ok = it.copies.begin(p.listID); !ok {
+			c.fail(serr)
 			return
 		}
 	}
@@ -454,6 +457,9 @@ func execReceiveCopyResults(lu *LU, c *Command, b cdb, it *itl) {
 		binary.BigEndian.PutUint32(d[12:], xcopyMaxDescList)
 		binary.BigEndian.PutUint32(d[16:], xcopyMaxSegBlocks<<lu.shift) // MAXIMUM SEGMENT LENGTH
 		// Inline data, held data and stream devices: none.
+		// Copies with a list identifier: at most xcopyMaxConcurrent per
+		// I_T nexus (their statuses are kept); TOTAL CONCURRENT COPIES
+		// is what one nexus may run.
 		binary.BigEndian.PutUint16(d[34:], xcopyMaxConcurrent) // TOTAL CONCURRENT COPIES
 		d[36] = xcopyMaxConcurrent                             // MAXIMUM CONCURRENT COPIES
 		d[37] = uint8(lu.shift)                                // DATA SEGMENT GRANULARITY (log2)

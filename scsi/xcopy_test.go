@@ -317,6 +317,7 @@ func TestReceiveCopyResults(t *testing.T) {
 	if len(d) != 46 || binary.BigEndian.Uint32(d) != 42 || d[4] != 1 ||
 		binary.BigEndian.Uint16(d[8:]) != xcopyMaxCSCDs || binary.BigEndian.Uint16(d[10:]) != xcopyMaxSegments ||
 		binary.BigEndian.Uint32(d[12:]) != xcopyMaxDescList || binary.BigEndian.Uint32(d[16:]) != 0xffff*testBS ||
+		binary.BigEndian.Uint16(d[34:]) != xcopyStatusSlots || d[36] != xcopyStatusSlots ||
 		d[37] != 9 || d[43] != 2 || d[44] != 0x02 || d[45] != 0xe4 {
 		t.Fatalf("operating parameters % x", d)
 	}
@@ -351,12 +352,12 @@ func TestCopyStatusTable(t *testing.T) {
 	t.Parallel()
 	var tab copyStatuses
 	var d [12]byte
-	running, ok := tab.begin(1)
+	running, _, ok := tab.begin(1)
 	if !ok {
 		t.Fatal("begin refused")
 	}
-	if _, ok := tab.begin(1); ok {
-		t.Fatal("a second copy with a running list ID was accepted")
+	if _, s, ok := tab.begin(1); ok || s.asc != ASCOperationInProgress {
+		t.Fatalf("a second copy with a running list ID: ok %v, %v", ok, s.asc)
 	}
 	if !tab.report(1, d[:]) || d[4] != 0 {
 		t.Fatalf("running copy status % x", d)
@@ -364,7 +365,7 @@ func TestCopyStatusTable(t *testing.T) {
 	// Fill the table with finished copies, then one more: the oldest
 	// finished entry goes, the running one stays.
 	for id := uint8(2); id < 2+xcopyStatusSlots; id++ {
-		s, ok := tab.begin(id)
+		s, _, ok := tab.begin(id)
 		if !ok {
 			t.Fatalf("list ID %d refused", id)
 		}
@@ -379,6 +380,16 @@ func TestCopyStatusTable(t *testing.T) {
 	tab.update(running, 0, 0, true, true)
 	if !tab.report(1, d[:]) || d[4] != 2 {
 		t.Fatalf("failed copy status % x", d)
+	}
+	// Every slot running: INSUFFICIENT RESOURCES.
+	var full copyStatuses
+	for id := range uint8(xcopyStatusSlots) {
+		if _, _, ok := full.begin(id); !ok {
+			t.Fatalf("list ID %d refused", id)
+		}
+	}
+	if _, s, ok := full.begin(100); ok || s.asc != ASCInsufficientResources {
+		t.Fatalf("copy beyond the maximum: ok %v, %v", ok, s.asc)
 	}
 }
 
@@ -455,4 +466,45 @@ func TestReadDefectData(t *testing.T) {
 	}
 	expectField(t, in(f.s1, []byte{OpReadDefectData10, 0, 0x07, 0, 0, 0, 0, 0, 32, 0}, 32), ASCInvalidFieldInCDB, 2)
 	expectField(t, in(f.s1, []byte{OpReadDefectData12, 0x07, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0}, 32), ASCInvalidFieldInCDB, 1)
+}
+
+// TestExtendedCopyConcurrent runs copies between two LUs from one session
+// while another writes both LUs and compares and writes their blocks (run
+// with -race): every copy completes, and the last copy of a quiet range
+// lands whole.
+func TestExtendedCopyConcurrent(t *testing.T) {
+	t.Parallel()
+	f, lu1 := twoLUs(t, LUConfig{})
+	clearUA(t, f.s2, 1)
+	cscds := [][]byte{cscdE4(f.lu.naa, testBS), cscdE4(lu1.naa, testBS)}
+	p := pattern(32*testBS, 5)
+	writeBlocks(t, f.s1, 0, 2000, p)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		blk := pattern(testBS, 1)
+		for i := range 200 {
+			lun := uint64(i & 1)
+			if c := run(f.s2, lun, rw10(OpWrite10, uint32(i%64), 1, 0), DirOut, testBS, blk); c.Status != StatusGood {
+				t.Errorf("write: %v %s", c.Status, describe(c))
+				return
+			}
+			cw := append(bytes.Clone(blk), blk...)
+			if c := run(f.s2, lun, caw(uint64(i%64), 1, 0), DirOut, len(cw), cw); c.Status != StatusGood {
+				t.Errorf("compare and write: %v %s", c.Status, describe(c))
+				return
+			}
+		}
+	}()
+	for i := range 50 {
+		seg := segB2B(uint16(i&1), uint16(1-i&1), 64, 0, 64)
+		if c := xcopy(f.s1, uint64(i&1), xcopyList(uint8(i), listIDHold, cscds, [][]byte{seg})); c.Status != StatusGood {
+			t.Fatalf("copy %d: %v %s", i, c.Status, describe(c))
+		}
+	}
+	<-done
+	good(t, xcopy(f.s1, 1, xcopyList(0, listIDNone, cscds, [][]byte{segB2B(0, 1, 32, 2000, 3000)})))
+	if got := readBlocks(t, f.s1, 1, 3000, 32); !bytes.Equal(got, p) {
+		t.Fatal("copy of a quiet range differs")
+	}
 }
