@@ -58,13 +58,18 @@ for s in $schemes; do
 	esac
 done
 command -v qemu-io >/dev/null || { echo "soak.sh: qemu-io is needed (apt-get install qemu-utils)" >&2; exit 2; }
+command -v jq >/dev/null || { echo "soak.sh: jq is needed (apt-get install jq)" >&2; exit 2; }
 
 work=$(mktemp -d /tmp/rdisk-soak.XXXXXX)
 pids=()
 cleanup() {
 	local rc=$?
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	# Last started first: the load and the daemon (whose sessions flush as
+	# they stop) before the target.
+	for ((j = ${#pids[@]} - 1; j >= 0; j--)); do
+		kill "${pids[j]}" 2>/dev/null || true
+		wait "${pids[j]}" 2>/dev/null || true
+	done
 	if [ "$rc" -eq 0 ] && [ "$keep" -eq 0 ]; then rm -rf "$work"; else echo "soak.sh: logs in $work" >&2; fi
 	exit "$rc"
 }
