@@ -21,9 +21,18 @@
 // Every operation goes through librbd's aio API (rbd_aio_read/readv,
 // write/writev, flush, discard, write_zeroes, compare_and_write) from a
 // small C shim: the completion's argument is a cgo.Handle of a slot from
-// a table that grows up to Config.MaxInFlight and is then reused, the
-// completion callback (a librbd thread) hands the slot to one of the
-// image's completion goroutines, which run AsyncIO.Done. No goroutine
+// a table that grows up to Config.MaxInFlight and is then reused.
+// Completions carry no callback: librbd queues them on the image and
+// signals an eventfd (rbd_set_image_notification), which one reaper
+// goroutine waits on through the netpoller; it collects up to 64
+// completions per cgo call (rbd_poll_io_events) and runs AsyncIO.Done
+// for each. So librbd's completion thread never enters Go (a cgo
+// callback needs a P, and waits for one while the queue goroutines hold
+// them), and the gateway spends less CPU and fewer context switches per
+// I/O. (Pacific's compare_and_write never signals the eventfd: it keeps
+// a callback, as does everything when the eventfd cannot be set up or
+// RDISK_RBD_COMPLETIONS=callback is in the environment, for comparison;
+// the callback hands the slot to a completion goroutine.) No goroutine
 // or thread waits per I/O in flight, and nothing is allocated per I/O:
 // the caller's buffers are pinned (runtime.Pinner) while librbd holds
 // them and the iovec arrays are C memory of the slot. The synchronous

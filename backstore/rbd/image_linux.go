@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
 	"runtime/cgo"
 	"strconv"
@@ -25,13 +26,16 @@ import (
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/rdisk/rdisk/backstore"
+	"golang.org/x/sys/unix"
 )
 
 // Built reports whether this build can open RBD images.
 func Built() bool { return true }
 
 // completers is the number of goroutines that run the Done functions of
-// completed I/O.
+// completed I/O when librbd calls back per aio (no eventfd); with the
+// eventfd, one reaper runs them and one completer finishes the I/Os that
+// complete without librbd (empty ranges).
 const completers = 2
 
 // Image is an open RBD image served through librbd's aio API. It
@@ -66,6 +70,17 @@ type Image struct {
 	closeOnce sync.Once
 	ctlMu     sync.RWMutex // held shared by Resize, Rescan, Health, ClientAddress; Close takes it
 	wg        sync.WaitGroup
+
+	// Polled completions (see reaper): librbd queues completed aios on
+	// the image and signals evf, an eventfd read through the netpoller;
+	// reapArgs and reapRets are C arrays of RDISK_REAP_MAX for
+	// rdisk_rbd_reap. Without polled, librbd calls back per aio.
+	polled   bool
+	evf      *os.File
+	evBuf    [8]byte
+	reapArgs *C.uintptr_t
+	reapRets *C.int64_t
+	reapStop atomic.Bool
 
 	// The size watch.
 	self        cgo.Handle // *Image, the watch callback's argument
@@ -166,7 +181,14 @@ func Open(cfg Config, log *slog.Logger) (*Image, error) {
 	im.watchKick = make(chan struct{}, 1)
 	im.watchStop = make(chan struct{})
 	im.syncReqs = make(chan *syncReq, syncReqsKept)
-	for range completers {
+	im.setupEvents()
+	n := completers
+	if im.polled {
+		n = 1
+		im.wg.Add(1)
+		go im.reaper()
+	}
+	for range n {
 		im.wg.Add(1)
 		go im.completer()
 	}
@@ -183,7 +205,7 @@ func Open(cfg Config, log *slog.Logger) (*Image, error) {
 
 	im.log.Info("rbd: image open", "size", im.size.Load(), "block_size", im.bs, "read_only", im.readOnly,
 		"lock", string(cfg.Lock), "features", featureNames(im.features), "rbd_cache", im.cacheOn,
-		"zeroes_after_discard", im.zeroesAfterDiscard)
+		"zeroes_after_discard", im.zeroesAfterDiscard, "completions", map[bool]string{true: "eventfd", false: "callback"}[im.polled])
 	return im, nil
 }
 
@@ -533,8 +555,14 @@ func (im *Image) start(io *backstore.AsyncIO, cmp []byte) error {
 		s.pin.Pin(p)
 		cmpPtr = (*C.char)(unsafe.Pointer(p))
 	}
+	polled := im.cPolled()
+	if op == opCompareAndWrite {
+		// Pacific's rbd_aio_compare_and_write never signals the image's
+		// eventfd: its completion calls back (to the completer).
+		polled = 0
+	}
 	r := C.rdisk_rbd_submit(im.img, cOp(op), C.uintptr_t(s.h), s.iov(), C.int(iovcnt),
-		C.uint64_t(off), C.uint64_t(n), cmpPtr, s.mismatchPtr())
+		C.uint64_t(off), C.uint64_t(n), cmpPtr, s.mismatchPtr(), polled)
 	if r < 0 {
 		err := errorOf("submitting "+backstoreOp(op).String(), im.name, off, n, int64(r))
 		im.st.counters(op).done(n, im.st.now()-s.start, true)
@@ -600,6 +628,88 @@ func rdiskRBDDone(arg C.uintptr_t, r C.int64_t) {
 	s.img.done <- s
 }
 
+func (im *Image) cPolled() C.int {
+	if im.polled {
+		return 1
+	}
+	return 0
+}
+
+// setupEvents asks librbd to queue the image's completions and signal an
+// eventfd (rbd_set_image_notification) instead of calling back per aio.
+// A callback is a librbd thread entering Go: it needs a P, which it
+// waits for while the queue goroutines hold them, and that wait holds up
+// librbd's completion thread. On failure (or with
+// RDISK_RBD_COMPLETIONS=callback in the environment) the image keeps the
+// callbacks.
+func (im *Image) setupEvents() {
+	if os.Getenv("RDISK_RBD_COMPLETIONS") == "callback" {
+		return
+	}
+	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		im.log.Warn("rbd: no eventfd for completions: librbd calls back per I/O", "err", err)
+		return
+	}
+	if r := C.rbd_set_image_notification(im.img, C.int(fd), C.EVENT_TYPE_EVENTFD); r < 0 {
+		unix.Close(fd)
+		im.log.Warn("rbd: no completion notification: librbd calls back per I/O", "err", errorOf("rbd_set_image_notification", im.name, -1, 0, int64(r)))
+		return
+	}
+	im.evf = os.NewFile(uintptr(fd), "rbd-completions")
+	im.reapArgs = (*C.uintptr_t)(C.malloc(C.size_t(C.RDISK_REAP_MAX * unsafe.Sizeof(C.uintptr_t(0)))))
+	im.reapRets = (*C.int64_t)(C.malloc(C.size_t(C.RDISK_REAP_MAX * unsafe.Sizeof(C.int64_t(0)))))
+	if im.reapArgs == nil || im.reapRets == nil {
+		panic("rbd: out of C memory for the completion arrays")
+	}
+	im.polled = true
+}
+
+// reaper collects the image's completed aios, many per cgo call, each
+// time the eventfd is signalled, and finishes them (their Done functions
+// run here). Close stops it once nothing is in flight.
+func (im *Image) reaper() {
+	defer im.wg.Done()
+	args := unsafe.Slice((*uintptr)(unsafe.Pointer(im.reapArgs)), C.RDISK_REAP_MAX)
+	rets := unsafe.Slice((*int64)(unsafe.Pointer(im.reapRets)), C.RDISK_REAP_MAX)
+	for {
+		// Read (reset) the counter before collecting: a completion queued
+		// after the last collection signals again.
+		if _, err := im.evf.Read(im.evBuf[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			im.log.Error("rbd: reading the completion eventfd", "err", err)
+			return
+		}
+		for {
+			k := int(C.rdisk_rbd_reap(im.img, im.reapArgs, im.reapRets, C.RDISK_REAP_MAX))
+			if k <= 0 {
+				break
+			}
+			for i := range k {
+				s := cgo.Handle(args[i]).Value().(*slot)
+				s.ret = rets[i]
+				s.mismatch = int64(*s.mismatchPtr())
+				im.finish(s)
+			}
+			if k < C.RDISK_REAP_MAX {
+				break
+			}
+		}
+		if im.reapStop.Load() {
+			return
+		}
+	}
+}
+
+// stopReaper ends the reaper (nothing is in flight).
+func (im *Image) stopReaper() {
+	im.reapStop.Store(true)
+	var one [8]byte
+	one[0] = 1 // native byte order: little-endian amd64, arm64; any non-zero value wakes
+	if _, err := im.evf.Write(one[:]); err != nil {
+		im.log.Warn("rbd: waking the completion reaper", "err", err)
+	}
+}
+
 // completer finishes completed I/O and runs the Done functions.
 func (im *Image) completer() {
 	defer im.wg.Done()
@@ -614,7 +724,7 @@ func (im *Image) finish(s *slot) {
 		// The write is in librbd's cache: flush it before reporting a
 		// FUA write done.
 		s.flushFUA = false
-		r := C.rdisk_rbd_submit(im.img, C.RDISK_OP_FLUSH, C.uintptr_t(s.h), s.iov(), 0, 0, 0, nil, s.mismatchPtr())
+		r := C.rdisk_rbd_submit(im.img, C.RDISK_OP_FLUSH, C.uintptr_t(s.h), s.iov(), 0, 0, 0, nil, s.mismatchPtr(), im.cPolled())
 		if r >= 0 {
 			return
 		}
@@ -890,9 +1000,17 @@ func (im *Image) Close() error {
 		}
 		close(im.watchStop)
 		close(im.done)
+		if im.polled {
+			im.stopReaper()
+		}
 		im.wg.Wait()
 		if r := C.rbd_close(im.img); r < 0 {
 			err = errorOf("rbd_close", im.name, -1, 0, int64(r))
+		}
+		if im.polled {
+			im.evf.Close()
+			C.free(unsafe.Pointer(im.reapArgs))
+			C.free(unsafe.Pointer(im.reapRets))
 		}
 		im.ioctx.Destroy()
 		im.conn.Shutdown()

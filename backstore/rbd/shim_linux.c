@@ -12,9 +12,12 @@ static void rdisk_rbd_cb(rbd_completion_t c, void *arg) {
 }
 
 int rdisk_rbd_submit(rbd_image_t img, int op, uintptr_t arg, const struct iovec *iov, int iovcnt,
-		     uint64_t off, uint64_t len, const char *cmp, uint64_t *mismatch) {
+		     uint64_t off, uint64_t len, const char *cmp, uint64_t *mismatch, int polled) {
 	rbd_completion_t c;
-	int r = rbd_aio_create_completion((void *)arg, rdisk_rbd_cb, &c);
+	// Polled: no callback; librbd queues the completion on the image and
+	// signals its eventfd (rbd_set_image_notification), rdisk_rbd_reap
+	// collects it.
+	int r = rbd_aio_create_completion((void *)arg, polled ? NULL : rdisk_rbd_cb, &c);
 	if (r < 0)
 		return r;
 	switch (op) {
@@ -52,6 +55,19 @@ int rdisk_rbd_submit(rbd_image_t img, int op, uintptr_t arg, const struct iovec 
 	if (r < 0)
 		rbd_aio_release(c);
 	return r;
+}
+
+int rdisk_rbd_reap(rbd_image_t img, uintptr_t *args, int64_t *rets, int n) {
+	rbd_completion_t comps[RDISK_REAP_MAX];
+	if (n > RDISK_REAP_MAX)
+		n = RDISK_REAP_MAX;
+	int k = rbd_poll_io_events(img, comps, n);
+	for (int i = 0; i < k; i++) {
+		args[i] = (uintptr_t)rbd_aio_get_arg(comps[i]);
+		rets[i] = (int64_t)rbd_aio_get_return_value(comps[i]);
+		rbd_aio_release(comps[i]);
+	}
+	return k;
 }
 
 static void rdisk_rbd_watch_cb(void *arg) { rdiskRBDWatch((uintptr_t)arg); }
