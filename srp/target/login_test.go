@@ -4,6 +4,7 @@ import (
 	"errors"
 	"github.com/rdisk/rdisk/srp"
 	"github.com/rdisk/rdisk/srp/initiator"
+	"sync"
 	"testing"
 	"time"
 
@@ -225,5 +226,47 @@ func TestMultiChannelUnsupported(t *testing.T) {
 	f.ReqFlags = srp.MultiChanMulti
 	if rej := rejectOf(t, lt.addr, loginPD(f)); rej.Reason != srp.RejMultiChannelUnsupp {
 		t.Errorf("second channel: %s, want %s", rej.Reason, srp.RejMultiChannelUnsupp)
+	}
+}
+
+// TestReloginWhileSessionCloses: a login of an initiator port whose
+// previous nexus has lost its last channel but not yet closed its SCSI
+// session (a re-login right after a logout) waits for the session instead
+// of being refused as a duplicate.
+func TestReloginWhileSessionCloses(t *testing.T) {
+	t.Parallel()
+	inWindow, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	cfg := Config{afterDetach: func() {
+		once.Do(func() {
+			close(inWindow)
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+			}
+		})
+	}}
+	lt := startTarget(t, cfg, PortConfig{}, memDisk(t, 1<<20))
+	ipid := srp.MakePortID(3, 3)
+	c1, err := rawLogin(t, lt.addr, loginPD(rawLoginFields(ipid)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo := make([]byte, srp.ILogoutSize)
+	srp.EncodeILogout(lo, 9)
+	c1.send(lo)
+	select {
+	case <-inWindow:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the logged-out channel did not leave its nexus")
+	}
+	time.AfterFunc(100*time.Millisecond, func() { close(release) })
+	c2, err := rawLogin(t, lt.addr, loginPD(rawLoginFields(ipid)))
+	if err != nil {
+		t.Fatalf("re-login while the previous session closes: %v", err)
+	}
+	c2.send(tur(1))
+	if rsp := c2.recv(10 * time.Second); len(rsp) == 0 || srp.Opcode(rsp[0]) != srp.OpRsp {
+		t.Fatalf("no SRP_RSP on the new channel: %x", rsp)
 	}
 }

@@ -105,6 +105,10 @@ type Config struct {
 	// time out either (srpt leaves them to the connection manager and
 	// the initiator). 0 takes DefaultFirstIUTimeout; negative disables it.
 	FirstIUTimeout time.Duration
+
+	// afterDetach, if set (by tests), runs when a nexus lost its last
+	// channel, before its session closes.
+	afterDetach func()
 }
 
 func (c *Config) setDefaults() error {
@@ -833,18 +837,21 @@ func readDepth(want, peerIRD int) int {
 // there were any.
 func (p *Port) attach(ch *channel, single bool) (terminated bool, err error) {
 	p.mu.Lock()
-	if p.removed {
-		p.mu.Unlock()
-		return false, &refusal{srp.RejUnableAssociateChannel, rejNotFound, fmt.Errorf("target port %s was removed", p.id)}
-	}
-	if p.t.draining.Load() {
-		// Drain looks for channels under p.mu after it set draining:
-		// none attaches unseen.
-		p.mu.Unlock()
-		return false, &refusal{srp.RejInsufficientResources, rejShuttingDown, errors.New("the target is draining")}
-	}
-	nx := p.nexuses[ch.ipid]
-	if nx == nil {
+	var nx *nexus
+	for tries := 0; ; tries++ {
+		if p.removed {
+			p.mu.Unlock()
+			return false, &refusal{srp.RejUnableAssociateChannel, rejNotFound, fmt.Errorf("target port %s was removed", p.id)}
+		}
+		if p.t.draining.Load() {
+			// Drain looks for channels under p.mu after it set draining:
+			// none attaches unseen.
+			p.mu.Unlock()
+			return false, &refusal{srp.RejInsufficientResources, rejShuttingDown, errors.New("the target is draining")}
+		}
+		if nx = p.nexuses[ch.ipid]; nx != nil {
+			break
+		}
 		sess, err := p.st.NewSession(scsi.SessionConfig{
 			InitiatorPort:      ch.ipid.String(),
 			TransportID:        scsi.SRPTransportID(ch.ipid),
@@ -852,12 +859,22 @@ func (p *Port) attach(ch *channel, single bool) (terminated bool, err error) {
 			RelativeTargetPort: p.cfg.RelativeTargetPort,
 			TargetPort:         p.id.String(),
 		})
-		if err != nil {
-			p.mu.Unlock()
-			return false, &refusal{srp.RejUnableEstablishChannel, rejNoResources, err}
+		if err == nil {
+			nx = &nexus{port: p, ipid: ch.ipid, sess: sess}
+			p.nexuses[ch.ipid] = nx
+			break
 		}
-		nx = &nexus{port: p, ipid: ch.ipid, sess: sess}
-		p.nexuses[ch.ipid] = nx
+		if errors.Is(err, scsi.ErrDuplicateSession) && tries < sessionRetries {
+			// The last channel of this initiator port's nexus has just
+			// left it (detach) and its session is not closed yet: a
+			// re-login right after a logout.
+			p.mu.Unlock()
+			time.Sleep(sessionRetryDelay)
+			p.mu.Lock()
+			continue
+		}
+		p.mu.Unlock()
+		return false, &refusal{srp.RejUnableEstablishChannel, rejNoResources, err}
 	}
 	old := slices.Clone(nx.channels)
 	nx.channels = append(nx.channels, ch)
@@ -887,9 +904,19 @@ func (p *Port) detach(ch *channel) {
 	}
 	p.mu.Unlock()
 	if last {
+		if h := p.t.cfg.afterDetach; h != nil {
+			h()
+		}
 		nx.sess.Close()
 	}
 }
+
+// A login whose initiator port's previous nexus is closing its session
+// waits for it, sessionRetries times sessionRetryDelay at most.
+const (
+	sessionRetries    = 100
+	sessionRetryDelay = 10 * time.Millisecond
+)
 
 type errorString string
 
