@@ -117,6 +117,7 @@ sleep 2
 # snap PID: "rss_kib fds threads"
 snap() {
 	local rss thr fds
+	[ -r "/proc/$1/status" ] || { echo "0 0 0"; return; }
 	rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$1/status")
 	thr=$(awk '/^Threads:/ {print $2}' "/proc/$1/status")
 	fds=$(ls "/proc/$1/fd" | wc -l)
@@ -182,6 +183,10 @@ for ((i = 1; i <= cycles; i++)); do
 			lastpat[$s]=$pat
 		fi
 	done
+	if ! kill -0 "$tpid" 2>/dev/null || ! kill -0 "$dpid" 2>/dev/null; then
+		echo "soak: the target or the daemon died in round $i" >&2
+		break
+	fi
 	if [ $((i % 100)) -eq 0 ]; then echo "soak: $i cycles per scheme in $(($(date +%s) - start))s" >&2; fi
 	if [ "$i" -eq "$half" ]; then
 		take halfway
@@ -237,6 +242,9 @@ kill -0 "$tpid" 2>/dev/null || alive=0
 kill -0 "$dpid" 2>/dev/null || alive=0
 
 if [ ${#grew[@]} -eq 0 ]; then verdict="nothing grew beyond noise"; else verdict="GREW: $(IFS=';'; echo "${grew[*]}")"; fi
+[ "$alive" -eq 1 ] || verdict="a process died; $verdict"
+[ "$bench_ok" -eq 1 ] || verdict="the verify load failed; $verdict"
+[ "$totalfails" -eq 0 ] || verdict="$totalfails cycles failed; $verdict"
 rc=0
 { [ "$totalfails" -eq 0 ] && [ ${#grew[@]} -eq 0 ] && [ "$bench_ok" -eq 1 ] && [ "$alive" -eq 1 ]; } || rc=1
 
