@@ -25,7 +25,7 @@ import (
 // is shared (another gateway serves it too).
 const anaConfig = `{
   "subsystems": [{"nqn": "nqn.2026-12.io.rdisk:a", "attr": {"allow_any_host": "1", "cntlid_min": "100", "cntlid_max": "199"}, "namespaces": [
-      {"nsid": 1, "enable": 1, "rdisk_shared": true, "device": {"path": "ram:1MiB"}, "ana": {"grpid": "1"}},
+      {"nsid": 1, "enable": 1, "rdisk_shared": true, "rdisk_physical_block_size": 4096, "device": {"path": "ram:1MiB"}, "ana": {"grpid": "1"}},
       {"nsid": 2, "enable": 1, "device": {"path": "ram:1MiB"}, "ana_grpid": 2}]}],
   "ports": [{"portid": 1, "addr": {"trtype": "tcp", "traddr": "127.0.0.1", "trsvcid": "0"},
              "ana_groups": [{"grpid": 1, "ana": {"state": "optimized"}}, {"grpid": 2, "ana": {"state": "non-optimized"}}],
@@ -164,6 +164,15 @@ func TestANAConfigLive(t *testing.T) {
 	if pr.Status != scsi.StatusCheckCondition || sn.Key != scsi.KeyIllegalRequest {
 		t.Fatalf("PERSISTENT RESERVE OUT on a shared LU: status %v sense %+v, want ILLEGAL REQUEST", pr.Status, sn)
 	}
+	// rdisk_physical_block_size 4096 over 512-byte blocks: LOGICAL
+	// BLOCKS PER PHYSICAL BLOCK EXPONENT 3 in READ CAPACITY(16).
+	rc := &scsihost.Command{CDB: []byte{0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0}, Data: make([]byte, 32), Dir: scsi.DirIn}
+	if err := dev.Session().RunSCSI(ctx, rc); err != nil || rc.Status != scsi.StatusGood {
+		t.Fatalf("READ CAPACITY(16): %v status %v", err, rc.Status)
+	}
+	if exp := rc.Data[13] & 0x0f; exp != 3 {
+		t.Fatalf("LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT %d, want 3", exp)
+	}
 }
 
 // TestANAConfigErrors: bad ANA and ALUA settings are refused by Parse with
@@ -180,6 +189,7 @@ func TestANAConfigErrors(t *testing.T) {
 		{`"state": "standby", "ports": [2]`, `"state": "standby", "ports": [1]`, `rdisk_iscsi.port_groups: port group 2: relative target port 1 is in group 1 too`},
 		{`"state": "standby", "ports": [2]`, `"state": "asleep", "ports": [2]`, `rdisk_iscsi.port_groups: port group 2: `},
 		{`{"id": 1, "state": "active-optimized"}, `, ``, `this gateway's relative target port 1 is in no port group`},
+		{`"rdisk_physical_block_size": 4096`, `"rdisk_physical_block_size": 3000`, `physical block size 3000: want a power of two`},
 	} {
 		js := strings.Replace(anaConfig, tc.from, tc.to, 1)
 		if js == anaConfig {

@@ -894,7 +894,7 @@ func (r *Running) luLocked(c *Config, ref LUNRef) (*scsi.LU, error) {
 	if ns == nil {
 		return nil, fmt.Errorf("subsystem %s has no namespace %d", ref.Subsystem, ref.NSID)
 	}
-	lu, err := NewSCSILU(d, fmt.Sprintf("%s/%d", ref.Subsystem, ref.NSID), ns.Shared)
+	lu, err := NewSCSILU(d, fmt.Sprintf("%s/%d", ref.Subsystem, ref.NSID), LUOptions{Shared: ns.Shared, PhysicalBlockSize: ns.PhysicalBlockSize})
 	if err != nil {
 		return nil, err
 	}

@@ -247,6 +247,10 @@ type Namespace struct {
 	// LIO without PR emulation), and an RBD image is opened for sharing
 	// (an rdisk extension).
 	Shared bool `json:"rdisk_shared,omitempty"`
+	// PhysicalBlockSize is the physical block size SCSI initiators are
+	// told (READ CAPACITY(16), Block Limits), a power-of-two multiple of
+	// the logical block size; 0: the logical one (an rdisk extension).
+	PhysicalBlockSize int `json:"rdisk_physical_block_size,omitempty"`
 }
 
 // Parse reads a configuration strictly: unknown keys, values of the wrong
@@ -319,6 +323,9 @@ func (c *Config) validate(pos *positions) error {
 				return pos.errAt(np+".nsid", "nsid %d is used twice in subsystem %s", ns.NSID, s.NQN)
 			case ns.Device.Path == "":
 				return pos.errAt(np+".device", "namespace %d names no device path", ns.NSID)
+			}
+			if pb := ns.PhysicalBlockSize; pb != 0 && (pb < 512 || pb > 1<<24 || pb&(pb-1) != 0) {
+				return pos.errAt(np+".rdisk_physical_block_size", "namespace %d: physical block size %d: want a power of two from 512", ns.NSID, pb)
 			}
 			if _, err := ns.anaGroupID(); err != nil {
 				return pos.errAt(np+".ana", "namespace %d: %v", ns.NSID, err)

@@ -194,16 +194,36 @@ func (sc *SRPConfig) ownPorts() []uint16 {
 	return out
 }
 
+// LUOptions are the settings of a namespace's SCSI logical unit.
+type LUOptions struct {
+	// Shared: other gateways serve the same disk, so reservations (which
+	// would not be shared between them) are refused.
+	Shared bool
+	// PhysicalBlockSize, if larger than the logical block size (a power of
+	// two multiple of it), is reported in READ CAPACITY(16) and the Block
+	// Limits page (512-byte blocks on a 4 KiB-sector store).
+	PhysicalBlockSize int
+}
+
 // NewSCSILU makes the logical unit of a disk that every SCSI transport
 // exports, with limits that suit the iSCSI and SRP targets' defaults.
-// name feeds the LU's serial number and NAA identifier. A shared disk
-// (served by other gateways too) refuses reservations, which would not be
-// shared between the gateways.
-func NewSCSILU(disk backstore.Disk, name string, shared bool) (*scsi.LU, error) {
+// name feeds the LU's serial number and NAA identifier.
+func NewSCSILU(disk backstore.Disk, name string, o LUOptions) (*scsi.LU, error) {
 	maxXfer := min(iscsitarget.DefaultMaxTransfer, srptarget.DefaultMaxTransfer)
-	lu, err := scsi.NewLU(disk, scsi.LUConfig{Name: name, MaxTransferBlocks: uint32(maxXfer / disk.BlockSize()),
+	cfg := scsi.LUConfig{Name: name, MaxTransferBlocks: uint32(maxXfer / disk.BlockSize()),
 		// As LIO: libiscsi and Linux split long WRITE SAMEs.
-		MaxWriteSameBlocks: 0xffff, NoReservations: shared})
+		MaxWriteSameBlocks: 0xffff, NoReservations: o.Shared}
+	if pb, lb := o.PhysicalBlockSize, disk.BlockSize(); pb > lb {
+		n := pb / lb
+		if pb%lb != 0 || n&(n-1) != 0 || n > 1<<15 {
+			return nil, fmt.Errorf("SCSI logical unit %s: physical block size %d is not a power-of-two multiple of the logical block size %d", name, pb, lb)
+		}
+		for n > 1 {
+			cfg.PhysicalBlockExp++
+			n >>= 1
+		}
+	}
+	lu, err := scsi.NewLU(disk, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("SCSI logical unit %s: %w", name, err)
 	}
