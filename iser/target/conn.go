@@ -72,6 +72,11 @@ type task struct {
 	pending      int    // work completions still expected
 	rspLen       int    // bytes of the response Send
 	r2tQueued    bool
+
+	// iSCSI/TCP Data-Out timeout (tcp.go): the deadline (Unix ns, 0:
+	// none) and the slot's timer.
+	doDeadline atomic.Int64
+	doTimer    *time.Timer
 }
 
 // ctl is a control PDU to send: NOP-In, Text, Logout and TMF responses,

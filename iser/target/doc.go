@@ -110,7 +110,10 @@
 // and its tasks end as on any connection loss (session end reason
 // "timeout"). On iSCSI/TCP a PDU must arrive whole within
 // Config.PDUTimeout (default 30 s) once its first byte did: a header or
-// data segment that stops midway drops the connection. The login phase,
+// data segment that stops midway drops the connection, and a write waiting
+// for its next Data-Out PDU (unsolicited, or for its R2T) drops it after
+// Config.DataOutTimeout (default 10 s; LIO's dataout timer, 3 s, does the
+// same at ErrorRecoveryLevel 0). The login phase,
 // a partial Login Request included, is bounded by Config.LoginTimeout.
 //
 // # Management

@@ -390,6 +390,22 @@ func TestLoginTimeoutPartialPDU(t *testing.T) {
 	}
 }
 
+// pings returns the number of NOP-In pings the connections of tg's
+// sessions have sent.
+func pings(tg *Target) uint32 {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	var n uint32
+	for _, s := range tg.sessions {
+		if s != nil {
+			s.conn.nopMu.Lock()
+			n += s.conn.nopSeq
+			s.conn.nopMu.Unlock()
+		}
+	}
+	return n
+}
+
 // TestNopInInitiator: rdisk's own initiator answers the target's pings
 // over iSCSI/TCP and iSER, so an idle session outlives many ping
 // timeouts.
@@ -398,9 +414,17 @@ func TestNopInInitiator(t *testing.T) {
 	for _, tr := range []iser.Transport{iser.TransportTCP, iser.TransportISER} {
 		t.Run(tr.String(), func(t *testing.T) {
 			t.Parallel()
-			pt := startPortal(t, func(c *Config) { c.NopInInterval, c.NopInTimeout = 10*time.Millisecond, 100*time.Millisecond })
+			pt := startPortal(t, func(c *Config) { c.NopInInterval, c.NopInTimeout = 10*time.Millisecond, 5*time.Second })
 			s := pt.mustLogin(t, tr, fuzzIQN, pt.config(t, "iqn.2026-12.io.rdisk:nopin-"+tr.String()))
-			time.Sleep(500 * time.Millisecond)
+			// A new ping goes out only once the last was answered:
+			// three pings mean two answers at least.
+			deadline := time.Now().Add(20 * time.Second)
+			for pings(pt.tg) < 3 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d pings in 20 s", pings(pt.tg))
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
 			cmd := &initiator.Command{CDB: []byte{scsi.OpReportLUNs, 0, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0}, DataIn: make([]byte, 4096)}
 			execute(t, s, cmd)
 			if cmd.Status != scsi.StatusGood {
@@ -410,5 +434,52 @@ func TestNopInInitiator(t *testing.T) {
 				t.Fatalf("%d sessions timed out", n)
 			}
 		})
+	}
+}
+
+// TestDataOutTimeout: a write whose Data-Out does not come (for its R2T,
+// or the unsolicited data it announced) drops the connection after
+// Config.DataOutTimeout, as LIO's dataout timer at ErrorRecoveryLevel 0;
+// Data-Out that keeps coming does not.
+func TestDataOutTimeout(t *testing.T) {
+	t.Parallel()
+	tg := newTestTarget(t, func(c *Config) { c.DataOutTimeout, c.NopInInterval = time.Second, -1 })
+	t.Run("R2T unanswered", func(t *testing.T) {
+		rc := newRawConn(t, tg, func(c *iser.InitiatorConfig) { c.Settings.InitialR2T = true })
+		rc.write10(4096, nil, true)
+		if p := rc.read(); p.BHS.Opcode() != iser.OpR2T {
+			t.Fatalf("got %v, want an R2T", p.BHS.Opcode())
+		}
+		rc.expectClosed(10 * time.Second)
+	})
+	t.Run("unsolicited data missing", func(t *testing.T) {
+		rc := newRawConn(t, tg, func(c *iser.InitiatorConfig) { c.Settings.InitialR2T = false })
+		rc.write10(4096, make([]byte, 512), false) // more unsolicited data announced, none sent
+		rc.expectClosed(10 * time.Second)
+	})
+	t.Run("slow but steady", func(t *testing.T) {
+		rc := newRawConn(t, tg, func(c *iser.InitiatorConfig) { c.Settings.InitialR2T = true })
+		itt := rc.write10(4096, nil, true)
+		p := rc.read()
+		if p.BHS.Opcode() != iser.OpR2T {
+			t.Fatalf("got %v, want an R2T", p.BHS.Opcode())
+		}
+		ttt := iser.R2T(p.BHS).TTT()
+		h := make([]byte, iser.BHSSize)
+		for i := range 4 {
+			time.Sleep(300 * time.Millisecond) // each within the timeout, all together beyond it
+			iser.DataOut(h).Encode(&iser.DataOutFields{Final: i == 3, ITT: itt, TTT: ttt, DataSN: uint32(i), BufferOffset: uint32(i) * 1024})
+			rc.write(h, make([]byte, 1024))
+		}
+		for {
+			p := rc.read()
+			if p.BHS.Opcode() == iser.OpSCSIResponse && p.BHS.ITT() == itt {
+				break
+			}
+		}
+		rc.ping(1)
+	})
+	if n := tg.Stats().SessionsClosed["timeout"]; n != 2 {
+		t.Errorf("%d sessions closed for a timeout, want 2", n)
 	}
 }

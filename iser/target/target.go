@@ -37,6 +37,10 @@ const (
 	// DefaultNopInTimeout is the time a ping has to be answered (LIO's
 	// nopin_response_timeout).
 	DefaultNopInTimeout = 30 * time.Second
+	// DefaultDataOutTimeout bounds the wait for the next Data-Out PDU of
+	// a write (iSCSI/TCP). LIO's dataout_timeout is 3 s; rdisk waits
+	// longer, for initiators on loaded machines.
+	DefaultDataOutTimeout = 10 * time.Second
 	// DefaultPDUTimeout bounds the receipt of one PDU once its first byte
 	// arrived (iSCSI/TCP).
 	DefaultPDUTimeout = 30 * time.Second
@@ -109,6 +113,12 @@ type Config struct {
 	// connections); iSER receives whole PDUs. Default DefaultPDUTimeout,
 	// negative: unbounded.
 	PDUTimeout time.Duration
+	// DataOutTimeout bounds the wait of a write for its next Data-Out PDU
+	// on iSCSI/TCP (unsolicited, or answering its R2T), as LIO's
+	// dataout timer: at ErrorRecoveryLevel 0 the connection is dropped
+	// (reason "timeout"). iSER pulls data-out by RDMA Read. Default
+	// DefaultDataOutTimeout, negative: unbounded.
+	DataOutTimeout time.Duration
 }
 
 // TargetConfig is one iSCSI target: its name, LUNs and access control.
@@ -326,6 +336,9 @@ func New(cfg Config) (*Target, error) {
 	}
 	if cfg.PDUTimeout == 0 {
 		cfg.PDUTimeout = DefaultPDUTimeout
+	}
+	if cfg.DataOutTimeout == 0 {
+		cfg.DataOutTimeout = DefaultDataOutTimeout
 	}
 	log := cfg.Logger
 	if log == nil {

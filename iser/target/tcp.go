@@ -250,7 +250,9 @@ func ttt(tk *task) uint32 { return uint32(tk.idx) | uint32(tk.gen&0x7fff)<<16 }
 // fetch implements transport: R2T for what unsolicited data did not bring.
 func (tc *tcpConn) fetch(tk *task) {
 	if tk.unsol || tk.r2tLen > 0 {
-		return // unsolicited data still coming, or an R2T outstanding
+		// Unsolicited data still coming, or an R2T outstanding.
+		tc.armDataOut(tk)
+		return
 	}
 	if tk.failed {
 		tc.c.failData(tk)
@@ -270,6 +272,7 @@ func (tc *tcpConn) r2t(tk *task) {
 		BufferOffset: tk.r2tOff, DesiredDataTransferLength: n})
 	tk.r2tSN++
 	tc.send(p)
+	tc.armDataOut(tk)
 }
 
 // fetchAbort implements transport: Data-Out for the task is ignored from
@@ -354,8 +357,10 @@ func (tc *tcpConn) onDataOut(p iser.PDU) error {
 		}
 	}
 	if held || tk.unsol || tk.r2tLen > 0 {
+		tc.armDataOut(tk) // more Data-Out to come: the timeout starts again
 		return nil
 	}
+	tc.disarmDataOut(tk)
 	if tk.failed {
 		c.failData(tk)
 		return nil
@@ -366,6 +371,52 @@ func (tc *tcpConn) onDataOut(p iser.PDU) error {
 	}
 	c.dataReady(tk)
 	return nil
+}
+
+// armDataOut (re)starts a task's Data-Out timeout (receive goroutine), as
+// LIO's dataout timer: the next Data-Out PDU the task waits for
+// (unsolicited, or for its R2T) must come within Config.DataOutTimeout,
+// or the connection is dropped (ErrorRecoveryLevel 0 cannot recover
+// it). The timer is made once per slot and reused.
+func (tc *tcpConn) armDataOut(tk *task) {
+	d := tc.c.t.cfg.DataOutTimeout
+	if d <= 0 {
+		return
+	}
+	tk.doDeadline.Store(time.Now().Add(d).UnixNano())
+	if tk.doTimer == nil {
+		tk.doTimer = time.AfterFunc(d, func() { tc.dataOutExpired(tk) })
+		return
+	}
+	tk.doTimer.Reset(d)
+}
+
+// disarmDataOut stops a task's Data-Out timeout (receive goroutine).
+func (tc *tcpConn) disarmDataOut(tk *task) {
+	if tk.doDeadline.Load() != 0 {
+		tk.doDeadline.Store(0)
+		tk.doTimer.Stop()
+	}
+}
+
+// dataOutExpired is a task's Data-Out timer: the connection is dropped if
+// the task still waits for Data-Out past its deadline.
+func (tc *tcpConn) dataOutExpired(tk *task) {
+	c := tc.c
+	dl := tk.doDeadline.Load()
+	if dl == 0 || time.Now().UnixNano() < dl {
+		return // answered, or re-armed meanwhile (its timer fires later)
+	}
+	c.mu.Lock()
+	waiting := tk.state == taskData && !tk.dropped && !c.closing
+	itt := tk.itt
+	c.mu.Unlock()
+	if !waiting {
+		return
+	}
+	c.setEnd(endTimeout)
+	c.log.Warn("iscsi: no Data-Out in time, dropping the connection", "itt", itt, "timeout", c.t.cfg.DataOutTimeout)
+	c.drop("Data-Out timeout")
 }
 
 // respond implements transport.
