@@ -101,7 +101,7 @@ func TestAbortTask(t *testing.T) {
 		tmf <- code
 	}()
 	// The SCSI core completes the abort once the backstore I/O returns.
-	time.Sleep(50 * time.Millisecond)
+	waitTMFs(t, lt, 1)
 	disk.open()
 	if code := <-tmf; code != srp.TMComplete {
 		t.Fatalf("ABORT TASK: %s", code)
@@ -142,7 +142,7 @@ func TestAbortTaskSetAndLUNReset(t *testing.T) {
 				}
 				tmf <- code
 			}()
-			time.Sleep(50 * time.Millisecond)
+			waitTMFs(t, lt, 1)
 			disk.open()
 			if code := <-tmf; code != srp.TMComplete {
 				t.Fatalf("%s: %s", fn, code)
@@ -183,7 +183,7 @@ func TestClearTaskSetOtherNexus(t *testing.T) {
 		code, _ := a.TaskManagement(context.Background(), 0, srp.TskClearTaskSet, 0, 0)
 		tmf <- code
 	}()
-	time.Sleep(50 * time.Millisecond)
+	waitTMFs(t, lt, 1)
 	disk.open()
 	if code := <-tmf; code != srp.TMComplete {
 		t.Fatalf("CLEAR TASK SET: %s", code)
@@ -215,4 +215,19 @@ func TestTaskManagementRefused(t *testing.T) {
 		}
 	}
 	waitCredits(t, s, 0, DefaultQueueDepth)
+}
+
+// waitTMFs waits until the target received n task management IUs (the
+// initiator may take long to send one on a loaded machine), then leaves
+// their goroutines a moment to reach the SCSI core.
+func waitTMFs(t *testing.T, lt *loopTarget, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for lt.t.Stats().TaskMgmt < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d task management IUs received, want %d", lt.t.Stats().TaskMgmt, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
 }
