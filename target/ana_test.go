@@ -279,3 +279,30 @@ func TestSizeWatcher(t *testing.T) {
 		t.Fatalf("status size %d", got)
 	}
 }
+
+// TestISCSITimeoutsConfig: LIO's nopin_timeout, nopin_response_timeout
+// and dataout_timeout are read, kept in the model and change with a
+// restart only (a reload says so).
+func TestISCSITimeoutsConfig(t *testing.T) {
+	t.Parallel()
+	js := strings.Replace(anaConfig, `"tpgt": 1,`, `"tpgt": 1, "nopin_timeout": 5, "nopin_response_timeout": -1, "dataout_timeout": 3,`, 1)
+	run, _ := startConfig(t, js)
+	ic := run.Config().ISCSI
+	if ic.NopInTimeout != 5 || ic.NopInResponseTimeout != -1 || ic.DataOutTimeout != 3 {
+		t.Fatalf("model: %+v", ic)
+	}
+	c, err := Parse(strings.NewReader(strings.Replace(js, `"dataout_timeout": 3`, `"dataout_timeout": 4`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := run.Apply(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ch.Skipped) != 1 || !strings.Contains(ch.Skipped[0], "timeouts change with a restart") || run.Config().ISCSI.DataOutTimeout != 3 {
+		t.Fatalf("reload: %+v", ch)
+	}
+	if _, err := Parse(strings.NewReader(strings.Replace(js, `"nopin_timeout": 5`, `"nopin_timeout": "5s"`, 1))); err == nil {
+		t.Fatal("a string nopin_timeout was accepted")
+	}
+}

@@ -236,9 +236,11 @@ func keepRestartOnly(old, nc *Config, ch *Changes) {
 		nc.ISCSI = old.clone().ISCSI
 	case old.ISCSI != nil:
 		o, n := old.ISCSI, nc.ISCSI
-		if !same(o.Portals, n.Portals) || o.TPGT != n.TPGT || !same(o.DiscoveryCHAP, n.DiscoveryCHAP) || !same(o.DiscoveryMutualCHAP, n.DiscoveryMutualCHAP) {
-			ch.Skipped = append(ch.Skipped, "rdisk_iscsi portals, tpgt and discovery CHAP change with a restart")
+		if !same(o.Portals, n.Portals) || o.TPGT != n.TPGT || !same(o.DiscoveryCHAP, n.DiscoveryCHAP) || !same(o.DiscoveryMutualCHAP, n.DiscoveryMutualCHAP) ||
+			o.NopInTimeout != n.NopInTimeout || o.NopInResponseTimeout != n.NopInResponseTimeout || o.DataOutTimeout != n.DataOutTimeout {
+			ch.Skipped = append(ch.Skipped, "rdisk_iscsi portals, tpgt, discovery CHAP and timeouts change with a restart")
 			n.Portals, n.TPGT, n.DiscoveryCHAP, n.DiscoveryMutualCHAP = slices.Clone(o.Portals), o.TPGT, o.DiscoveryCHAP, o.DiscoveryMutualCHAP
+			n.NopInTimeout, n.NopInResponseTimeout, n.DataOutTimeout = o.NopInTimeout, o.NopInResponseTimeout, o.DataOutTimeout
 		}
 	}
 	switch {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rdisk/rdisk/backstore"
 	iscsitarget "github.com/rdisk/rdisk/iser/target"
@@ -160,7 +161,9 @@ func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (
 // (applyLocked adds them) and not listening (listenSCSI).
 func (r *Running) initSCSI(c *Config) error {
 	if ic := c.ISCSI; ic != nil {
-		cfg := iscsitarget.Config{Logger: r.log, ConnHook: r.hook, PortalGroupTag: ic.TPGT}
+		secs := func(n int) time.Duration { return time.Duration(n) * time.Second }
+		cfg := iscsitarget.Config{Logger: r.log, ConnHook: r.hook, PortalGroupTag: ic.TPGT,
+			NopInInterval: secs(ic.NopInTimeout), NopInTimeout: secs(ic.NopInResponseTimeout), DataOutTimeout: secs(ic.DataOutTimeout)}
 		if sp, ok := r.p.(rdma.StreamProvider); ok {
 			cfg.Provider = sp
 		}
@@ -177,7 +180,8 @@ func (r *Running) initSCSI(c *Config) error {
 		}
 		r.ISCSI = it
 		r.cfg.ISCSI = &ISCSIConfig{Portals: slices.Clone(ic.Portals), TPGT: ic.TPGT,
-			DiscoveryCHAP: ic.DiscoveryCHAP, DiscoveryMutualCHAP: ic.DiscoveryMutualCHAP}
+			DiscoveryCHAP: ic.DiscoveryCHAP, DiscoveryMutualCHAP: ic.DiscoveryMutualCHAP,
+			NopInTimeout: ic.NopInTimeout, NopInResponseTimeout: ic.NopInResponseTimeout, DataOutTimeout: ic.DataOutTimeout}
 	}
 	if sc := c.SRP; sc != nil {
 		if r.p == nil {

@@ -34,6 +34,15 @@ type ISCSIConfig struct {
 	// with.
 	DiscoveryCHAP       *CHAP `json:"discovery_chap,omitempty"`
 	DiscoveryMutualCHAP *CHAP `json:"discovery_mutual_chap,omitempty"`
+	// NopInTimeout, NopInResponseTimeout and DataOutTimeout are LIO's
+	// settings of those names, in seconds (0: the defaults, LIO's 15 and
+	// 30 s and 10 s; negative: off): an idle connection is pinged with
+	// NOP-In after nopin_timeout and dropped when the ping is not answered
+	// within nopin_response_timeout; a write whose next Data-Out does not
+	// come within dataout_timeout drops its connection (iSCSI/TCP).
+	NopInTimeout         int `json:"nopin_timeout,omitempty"`
+	NopInResponseTimeout int `json:"nopin_response_timeout,omitempty"`
+	DataOutTimeout       int `json:"dataout_timeout,omitempty"`
 	// PortGroups are the ALUA target port groups that REPORT TARGET PORT
 	// GROUPS lists, with their states (implicit ALUA). This gateway's
 	// portals are relative target port TPGT; a group without ports holds
