@@ -203,6 +203,7 @@ show after
 kill -INT "$bpid" 2>/dev/null || true
 bench_rc=0
 wait "$bpid" || bench_rc=$?
+pids=("$tpid" "$dpid") # the load is reaped: its PID is no longer ours to signal
 benchline=$(jq -r '"\(.ios) I/Os, \(.iops|floor) IOPS, \(.errors) errors, \(.verified_blocks) blocks verified, \(.verify_errors) verify errors"' "$work/bench.json" 2>/dev/null || echo "no result")
 bench_ok=0
 if [ "$bench_rc" -eq 0 ] && [ "$(jq -r '.errors + .verify_errors' "$work/bench.json" 2>/dev/null)" = 0 ]; then bench_ok=1; fi
