@@ -120,6 +120,9 @@ type slot struct {
 
 func (s *slot) iov() *C.struct_iovec { return (*C.struct_iovec)(s.cmem) }
 
+// An iovec is two words (base, length): start writes them as uintptrs.
+var _ = [1]int{}[unsafe.Sizeof(C.struct_iovec{})-2*unsafe.Sizeof(uintptr(0))]
+
 func (s *slot) mismatchPtr() *C.uint64_t {
 	return (*C.uint64_t)(unsafe.Add(s.cmem, uintptr(s.iovCap)*unsafe.Sizeof(C.struct_iovec{})))
 }
@@ -537,15 +540,20 @@ func (im *Image) start(io *backstore.AsyncIO, cmp []byte) error {
 	iovcnt := 0
 	if op == backstore.AsyncRead || op == backstore.AsyncWrite || op == opCompareAndWrite {
 		s.ensureIov(len(io.Bufs))
-		iov := unsafe.Slice(s.iov(), s.iovCap)
+		// The iovecs are written as words, not through iov_base (an
+		// unsafe.Pointer field): a pointer store has a write barrier,
+		// which during a GC cycle shades the old value too, the address
+		// of an earlier I/O's buffer, maybe freed since (a closed
+		// connection's), and the runtime dies with "found bad pointer in
+		// Go heap". C memory is no place for pointers the GC sees.
+		iov := unsafe.Slice((*[2]uintptr)(s.cmem), s.iovCap)
 		for _, b := range io.Bufs {
 			if len(b) == 0 {
 				continue
 			}
 			p := unsafe.SliceData(b)
 			s.pin.Pin(p)
-			iov[iovcnt].iov_base = unsafe.Pointer(p)
-			iov[iovcnt].iov_len = C.size_t(len(b))
+			iov[iovcnt] = [2]uintptr{uintptr(unsafe.Pointer(p)), uintptr(len(b))}
 			iovcnt++
 		}
 	}
