@@ -119,9 +119,14 @@ if [[ " $PHASES " = *" speed "* ]]; then
 		rbd bench --io-type "$1" --io-size "$2" --io-threads "$3" --io-pattern "$4" --io-total "$5" rbd/test 2>/dev/null |
 			awk -v bs="$bytes" '/^elapsed:/ {print $6, $6 * bs}'
 	}
-	rdb() { # rdb URL RW BS QD: IOPS and bytes/s of rdisk bench
-		"$RD" bench --rw "$2" --bs "$3" --qd "$4" --runtime "${RUNTIME}s" --size 1GiB --json -q "$1" 2>/dev/null |
-			python3 -c 'import json,sys;r=json.load(sys.stdin);print(r["iops"], r["bw_bytes_per_sec"])'
+	rdb() { # rdb URL RW BS QD: IOPS and bytes/s of rdisk bench (0 0 and a FAIL line when it fails)
+		if ! "$RD" bench --rw "$2" --bs "$3" --qd "$4" --runtime "${RUNTIME}s" --size 1GiB --json -q "$1" >"$DIR/rdb.json" 2>"$DIR/rdb.err"; then
+			echo "  FAIL: rdisk bench $1 $2 $3: $(tail -1 "$DIR/rdb.err")" >&2
+			fails=$((fails+1))
+			echo "0 0"
+			return
+		fi
+		python3 -c 'import json,sys;r=json.load(open(sys.argv[1]));print(r["iops"], r["bw_bytes_per_sec"])' "$DIR/rdb.json"
 	}
 	R=nvme://127.0.0.1:4420/$NQN
 	printf '  %-3s %-22s %12s %12s %12s %8s %8s\n' rep workload "rbd bench" "rdisk tcp" "rdisk rdma" tcp/rbd rdma/rbd
@@ -133,7 +138,7 @@ if [[ " $PHASES " = *" speed "* ]]; then
 			read -r ri rb <<<"$x"; read -r ti tb <<<"$xt"; read -r di db <<<"$xr"
 			if [ $col = 1 ]; then base=$ri t=$ti d=$di unit=IOPS; else base=$rb t=$tb d=$db unit=B/s; fi
 			printf '  %-3s %-22s %12.0f %12.0f %12.0f %8.2f %8.2f  (%s)\n' "$rep" "$name" "$base" "$t" "$d" \
-				"$(python3 -c "print($t/$base)")" "$(python3 -c "print($d/$base)")" "$unit"
+				"$(python3 -c "print($t/max($base, 1))")" "$(python3 -c "print($d/max($base, 1))")" "$unit"
 		done
 	done
 	kill "$pid_a" 2>/dev/null; wait "$pid_a" 2>/dev/null
