@@ -36,7 +36,7 @@ func (im *Image) Health() (backstore.Health, error) {
 	}
 	h := backstore.Health{
 		Supported: true,
-		Source:    backstore.SourceSynthetic,
+		Source:    backstore.SourceCluster,
 		Valid:     backstore.FieldCriticalWarning | backstore.FieldMediaErrors | backstore.FieldPowerOnHours | backstore.FieldDataUnits | backstore.FieldHostCommands,
 	}
 	ph, err := im.poolHealth()
