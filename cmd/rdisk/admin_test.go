@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -254,6 +255,10 @@ func sameJSON(a, b any) bool {
 // applies the difference; a file that does not parse changes nothing.
 func TestTargetSIGHUP(t *testing.T) {
 	t.Parallel()
+	// The SIGHUPs go to this whole test process: keep one handler of its
+	// own for good, so that a signal delivered after the target's handler
+	// stopped (signal.Stop restores the default, which kills) does no harm.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
 	dir := t.TempDir()
 	cfgPath, sock := filepath.Join(dir, "target.json"), filepath.Join(dir, "admin.sock")
 	write := func(nss string) {
