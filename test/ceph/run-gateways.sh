@@ -86,7 +86,7 @@ if [[ " $PHASES " = *" failover "* ]]; then
 		[ -n "$killed" ] && [ -z "$restarted" ] || ca=$(commands a)
 		cb=$(commands b)
 		dt=$(python3 -c "print(max($el - $last, 0.1))")
-		printf '  %5s  %8.0f  %8.0f  %s\n' "$el" "$(python3 -c "print(max($ca - $pa, 0) / $dt)")" "$(python3 -c "print(($cb - $pb) / $dt)")" "$ev"
+		printf '  %5s  %8.0f  %8.0f  %s\n' "$el" "$(python3 -c "print(max($ca - $pa, 0) / $dt)")" "$(python3 -c "print(max($cb - $pb, 0) / $dt)")" "$ev"
 		pa=$ca pb=$cb last=$el
 	done
 	wait $bpid; rc=$?
