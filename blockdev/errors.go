@@ -1,5 +1,7 @@
 package blockdev
 
+import "errors"
+
 // Sentinel errors. Devices return them, or errors that match them with
 // errors.Is (a protocol status error matches the sentinel of its class), so
 // frontends can map them to their own codes (EIO, EINVAL, ENOSPC...).
@@ -30,3 +32,18 @@ const (
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+// IsRequestError tells whether an error Submit returned is about the
+// request itself (malformed, misaligned, out of range, too large, bad
+// buffer, unsupported, read-only). By the Device contract every other
+// Submit error means the device is closed or failed, whether or not it
+// wraps ErrClosed: a session or multipath layer retries the request on
+// another connection or path.
+func IsRequestError(err error) bool {
+	for _, e := range []error{ErrInvalid, ErrAlignment, ErrRange, ErrTooLarge, ErrBuffer, ErrUnsupported, ErrReadOnly} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}

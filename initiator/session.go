@@ -382,26 +382,12 @@ func (s *Session) issue(in *inner) error {
 	}
 	q.Err = nil
 	if err := l.dev.Submit(q); err != nil {
-		if !isRequestError(err) && !s.closing.Load() {
+		if !blockdev.IsRequestError(err) && !s.closing.Load() {
 			return s.park(in, err)
 		}
 		return err
 	}
 	return nil
-}
-
-// isRequestError tells whether a Submit error is about the request itself.
-// By the blockdev contract every other Submit error means the device is
-// closed or failed (whether or not the device wraps it in ErrClosed), so
-// the request waits for a new connection.
-func isRequestError(err error) bool {
-	for _, e := range []error{blockdev.ErrInvalid, blockdev.ErrAlignment, blockdev.ErrRange, blockdev.ErrTooLarge,
-		blockdev.ErrBuffer, blockdev.ErrUnsupported, blockdev.ErrReadOnly} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
 }
 
 // maxTries bounds how many connections one request is tried on.

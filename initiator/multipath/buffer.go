@@ -58,7 +58,7 @@ func (d *Device) AllocBuffer(size int) (blockdev.Buffer, error) {
 			b.mem, b.native, b.nativeID = nb.Bytes(), nb, from.id
 			return b, nil
 		}
-		if isRequestError(err) {
+		if blockdev.IsRequestError(err) {
 			return nil, err
 		}
 	}

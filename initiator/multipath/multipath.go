@@ -483,7 +483,7 @@ func (d *Device) send(s *sub, first bool) error {
 			}
 			return nil
 		}
-		if isRequestError(err) {
+		if blockdev.IsRequestError(err) {
 			return d.fail(s, first, err)
 		}
 		d.pathFailed(p, err)
@@ -541,18 +541,6 @@ func (d *Device) submitOn(s *sub, p *path) error {
 		return err
 	}
 	return nil
-}
-
-// isRequestError tells whether a Submit error is about the request itself
-// (every other Submit error means the path's device is closed or failed).
-func isRequestError(err error) bool {
-	for _, e := range []error{blockdev.ErrInvalid, blockdev.ErrAlignment, blockdev.ErrRange, blockdev.ErrTooLarge,
-		blockdev.ErrBuffer, blockdev.ErrUnsupported, blockdev.ErrReadOnly} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
 }
 
 // isPathError tells whether a completion error is the path's, not the
