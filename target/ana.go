@@ -167,9 +167,9 @@ func (r *Running) SetGatewayState(state string) (*Changes, error) {
 	if err != nil {
 		return nil, err
 	}
-	word, err := aluaWord(state)
+	word, err := aluaWord(state) // ANA's names are ALUA aliases: it takes every word anaOf does
 	if err != nil {
-		word = aluaOfANA(st)
+		return nil, err
 	}
 	return r.change(func(c *Config) error {
 		for i := range c.Ports {
@@ -194,19 +194,4 @@ func (r *Running) SetGatewayState(state string) (*Changes, error) {
 		}
 		return nil
 	})
-}
-
-// aluaOfANA is the ALUA name of an ANA state.
-func aluaOfANA(st nvmeof.ANAState) string {
-	switch st {
-	case nvmeof.ANAOptimized:
-		return scsi.ALUAActiveOptimized.String()
-	case nvmeof.ANANonOptimized:
-		return scsi.ALUAActiveNonOptimized.String()
-	case nvmeof.ANAPersistentLoss:
-		return scsi.ALUAOffline.String()
-	case nvmeof.ANAChange:
-		return scsi.ALUATransitioning.String()
-	}
-	return scsi.ALUAUnavailable.String()
 }
