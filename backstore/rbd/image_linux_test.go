@@ -3,6 +3,7 @@
 package rbd
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"os"
@@ -693,6 +694,12 @@ func TestFullAndTimeout(t *testing.T) {
 	pid := strings.Fields(strings.Split(l.run(t, "grep", "^osd ", l.dir+"/pids"), "\n")[0])[1]
 	l.run(t, "kill", "-STOP", pid)
 	t.Cleanup(func() { l.run(t, "kill", "-CONT", pid) })
+	// kill returns once the signal is sent; each thread stops when it next
+	// runs. Read only once every thread of the OSD shows state T (seen once
+	// on a loaded machine under -race: a read answered 1 ms after the kill).
+	if !waitFor(10*time.Second, func() bool { return allStopped(pid) }) {
+		t.Fatalf("osd %s: not every thread stopped 10 s after SIGSTOP", pid)
+	}
 	start := time.Now()
 	err = d.ReadAt(p, 8192)
 	if !errors.Is(err, backstore.ErrTimeout) {
@@ -784,4 +791,25 @@ func TestFUAWithCache(t *testing.T) {
 	if s := d.Stats(); s.FUAWrites != 8 || s.Write.Ops != 8 {
 		t.Errorf("stats %+v", s)
 	}
+}
+
+// allStopped reports whether every thread of process pid is stopped
+// (state T in /proc/PID/task/TID/stat).
+func allStopped(pid string) bool {
+	tasks, err := os.ReadDir("/proc/" + pid + "/task")
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/" + pid + "/task/" + task.Name() + "/stat")
+		if err != nil {
+			return false
+		}
+		// "TID (comm) S ...": the state follows the last ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
