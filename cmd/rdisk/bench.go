@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/rdisk/rdisk/blockdev"
 	"github.com/rdisk/rdisk/initiator"
@@ -32,7 +33,9 @@ func benchCommand() *cli.Command {
 			&cli.StringFlag{Name: "size", Usage: "use only the first SIZE bytes of the disk (default: all)"},
 			&cli.BoolFlag{Name: "verify", Usage: "write self-describing blocks, check every read and read back everything written"},
 			&cli.Uint64Flag{Name: "seed", Usage: "seed of offsets and verify data (default: from the clock; reuse it to verify an earlier run's blocks with --rw read --verify)"},
-			&cli.IntFlag{Name: "queues", Usage: "I/O queues to connect (default: --jobs)"},
+			&cli.IntFlag{Name: "queues", Usage: "I/O queues to connect (default: --jobs, or --jobs / --hosts)"},
+			&cli.IntFlag{Name: "hosts", Value: 1, Usage: "connect this many times, each connection its own controller or session with --queues queues, as that many hosts would; jobs go to them in turn and the report adds each one's IOPS (default --jobs: --hosts × --queues)"},
+			&cli.DurationFlag{Name: "idle", Usage: "once connected, wait this long before the run starts (e.g. to measure the target's memory with --hosts idle connections)"},
 			&cli.DurationFlag{Name: "kato", Usage: "keep alive timeout (default 5s)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 			&cli.StringFlag{Name: "plot", Usage: "draw IOPS/bandwidth over time and the latency distribution to FILE.svg or FILE.png"},
@@ -161,19 +164,31 @@ func runBench(c *cli.Context) error {
 			return fmt.Errorf("--size: %w", err)
 		}
 	}
-	jobs, qd := c.Int("jobs"), c.Int("qd")
-	if jobs < 1 || jobs > 128 {
-		return fmt.Errorf("--jobs %d: want 1 to 128", jobs)
+	jobs, qd, hosts := c.Int("jobs"), c.Int("qd"), c.Int("hosts")
+	if hosts < 1 || hosts > 256 {
+		return fmt.Errorf("--hosts %d: want 1 to 256", hosts)
+	}
+	queues := c.Int("queues")
+	if hosts > 1 && !c.IsSet("jobs") {
+		jobs = hosts * max(queues, 1)
+	}
+	if jobs < 1 || jobs > 1024 || hosts == 1 && jobs > 128 {
+		return fmt.Errorf("--jobs %d: want 1 to 128 (1024 with --hosts)", jobs)
+	}
+	if jobs < hosts {
+		return fmt.Errorf("--jobs %d: want at least one job per host (--hosts %d)", jobs, hosts)
 	}
 	if qd < 1 || qd > 1024 {
 		return fmt.Errorf("--qd %d: want 1 to 1024", qd)
 	}
-	queues := c.Int("queues")
+	if hosts > 1 && c.NArg() > 1 {
+		return fmt.Errorf("--hosts %d: takes one URL, not %d paths", hosts, c.NArg())
+	}
 	if queues == 0 {
-		queues = jobs
+		queues = (jobs + hosts - 1) / hosts
 	}
 	// One P per queue (procs.go says why); --cpus fixes the number.
-	if err := setProcs(c, queues); err != nil {
+	if err := setProcs(c, queues*hosts); err != nil {
 		return err
 	}
 	if p := c.String("plot"); p != "" {
@@ -183,17 +198,30 @@ func runBench(c *cli.Context) error {
 		}
 	}
 	// Jobs share queues when there are fewer queues than jobs.
-	depth := qd * ((jobs + queues - 1) / queues)
-	disk, err := openDisk(c, c.Args().Slice(), queues, depth)
-	if err != nil {
-		return err
+	perHost := (jobs + hosts - 1) / hosts
+	depth := qd * ((perHost + queues - 1) / queues)
+	var devs []blockdev.Device
+	defer func() {
+		for _, d := range devs {
+			d.Close()
+		}
+	}()
+	for i := range hosts {
+		disk, err := openDisk(c, c.Args().Slice(), queues, depth)
+		if err != nil {
+			if hosts > 1 {
+				return fmt.Errorf("host %d of %d: %w", i+1, hosts, err)
+			}
+			return err
+		}
+		devs = append(devs, disk)
 	}
-	defer disk.Close()
-	dev := disk
 	var rec *plot.Recorder
 	if c.String("plot") != "" {
-		rec = plot.NewRecorder(dev, 0)
-		dev = rec
+		if hosts > 1 {
+			return fmt.Errorf("--plot: one host only (not with --hosts %d)", hosts)
+		}
+		rec = plot.NewRecorder(devs[0], 0)
 	}
 	o := bench.Options{
 		Pattern: pat, Mix: c.Int("mix"), BlockSize: int(bs), QD: qd, Jobs: jobs, Runtime: c.Duration("runtime"),
@@ -208,7 +236,23 @@ func runBench(c *cli.Context) error {
 			}
 		}
 	}
-	res, runErr := bench.Run(c.Context, dev, o)
+	if idle := c.Duration("idle"); idle > 0 {
+		if !c.Bool("quiet") {
+			fmt.Fprintf(c.App.ErrWriter, "bench: %d connection(s) up, idle for %v\n", len(devs), idle)
+		}
+		select {
+		case <-time.After(idle):
+		case <-c.Context.Done():
+			return c.Context.Err()
+		}
+	}
+	var res *bench.Result
+	var runErr error
+	if rec != nil {
+		res, runErr = bench.Run(c.Context, rec, o)
+	} else {
+		res, runErr = bench.RunMany(c.Context, devs, o)
+	}
 	if res == nil {
 		return runErr
 	}

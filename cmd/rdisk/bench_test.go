@@ -122,6 +122,18 @@ func TestCLIEndToEnd(t *testing.T) {
 	if err != nil || json.Unmarshal([]byte(out), &res) != nil || res.IOs == 0 || res.Errors != 0 || res.VerifyErrors != 0 || res.Verified == 0 || res.Lat.P99 == 0 {
 		t.Errorf("bench --verify --json: %v\n%s\n%s", err, out, errOut)
 	}
+	// --hosts: each its own controller; the report has each one's rate.
+	out, _, err = runCLI(t, "bench", url+"/1", "--hosts", "3", "--qd", "4", "--idle", "50ms", "--runtime", "200ms", "--size", "2MiB", "--json")
+	var many struct {
+		IOs   uint64 `json:"ios"`
+		Jobs  int    `json:"jobs"`
+		Hosts []struct {
+			IOs uint64 `json:"ios"`
+		} `json:"hosts"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &many) != nil || len(many.Hosts) != 3 || many.Jobs != 3 || many.Hosts[0].IOs == 0 || many.Hosts[2].IOs == 0 {
+		t.Errorf("bench --hosts 3: %v\n%s", err, out)
+	}
 	out, _, err = runCLI(t, "bench", url, "--rw", "write", "--bs", "64KiB", "--runtime", "200ms", "-q")
 	if err != nil || !strings.Contains(out, "write: ") || !strings.Contains(out, "errors: 0") {
 		t.Errorf("bench text summary: %v\n%s", err, out)
@@ -198,6 +210,10 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"bench", "nvme://" + addr + "/" + cliNQN, "--bs", "1000", "--runtime", "100ms"}, "multiple of the device's 512-byte blocks"},
 		{[]string{"bench", "nvme://" + addr + "/nqn.2026-11.io.rdisk:nothere"}, "subsystem NQN not found"},
 		{[]string{"bench", "nvme://" + addr + "/" + cliNQN + "/5"}, "namespace 5"},
+		{[]string{"bench", "nvme://" + addr + "/" + cliNQN, "--hosts", "0"}, "--hosts 0"},
+		{[]string{"bench", "nvme://" + addr + "/" + cliNQN, "--hosts", "3", "--jobs", "2"}, "at least one job per host"},
+		{[]string{"bench", "nvme://" + addr + "/" + cliNQN, "nvme://" + addr + "/" + cliNQN, "--hosts", "2"}, "takes one URL"},
+		{[]string{"bench", "nvme://" + addr + "/" + cliNQN, "--hosts", "2", "--plot", "x.svg", "--runtime", "50ms"}, "--plot: one host only"},
 		{[]string{"discover", "nvme://127.0.0.1:1"}, "connection refused"},
 		{[]string{"discover"}, "one URL"},
 		{[]string{"nvme", "identify", "nvme://[::1"}, "unterminated"},

@@ -108,6 +108,16 @@ type Result struct {
 	Verified   uint64     `json:"verified_blocks"`
 	VerifyErrs uint64     `json:"verify_errors"`
 	Mismatches []Mismatch `json:"mismatches,omitempty"`
+	// Hosts is each device's own share, in RunMany's order (only when the
+	// run had several devices).
+	Hosts []HostStat `json:"hosts,omitempty"`
+}
+
+// HostStat is what one device of a RunMany did.
+type HostStat struct {
+	IOs  uint64  `json:"ios"`
+	IOPS float64 `json:"iops"`
+	BW   float64 `json:"bw_bytes_per_sec"`
 }
 
 // OpStat is the part of a run of one kind of operation.
@@ -145,7 +155,7 @@ const (
 )
 
 type engine struct {
-	d    blockdev.Device
+	devs []blockdev.Device
 	info blockdev.Info
 	o    Options
 	jobs []*job
@@ -157,11 +167,33 @@ type engine struct {
 // the device failed during the run (the Result, returned as well, then
 // holds what was measured).
 func Run(ctx context.Context, d blockdev.Device, o Options) (*Result, error) {
-	info := d.Info()
+	return RunMany(ctx, []blockdev.Device{d}, o)
+}
+
+// RunMany runs one benchmark over several devices of the same geometry
+// (e.g. one disk reached by many hosts, each its own connection): job i
+// runs on device i mod len(devs), on that device's queue i / len(devs),
+// and the Result adds each device's own rate (Hosts). Jobs still split
+// the region between them, so no two touch the same blocks.
+func RunMany(ctx context.Context, devs []blockdev.Device, o Options) (*Result, error) {
+	if len(devs) == 0 {
+		return nil, errors.New("bench: no device")
+	}
+	info := devs[0].Info()
+	for i, d := range devs[1:] {
+		di := d.Info()
+		if di.BlockSize != info.BlockSize || di.Size != info.Size {
+			return nil, fmt.Errorf("bench: device %d (%s) has %d bytes in blocks of %d, device 0 %d in blocks of %d", i+1, di.Name, di.Size, di.BlockSize, info.Size, info.BlockSize)
+		}
+		info.MaxTransfer = min(info.MaxTransfer, di.MaxTransfer)
+	}
 	if err := setDefaults(&o, &info); err != nil {
 		return nil, err
 	}
-	e := &engine{d: d, info: info, o: o}
+	if o.Jobs < len(devs) {
+		return nil, fmt.Errorf("bench: %d jobs for %d devices: want at least one job per device", o.Jobs, len(devs))
+	}
+	e := &engine{devs: devs, info: info, o: o}
 	units := o.Size / int64(o.BlockSize)
 	for i := range o.Jobs {
 		j, err := newJob(e, i, units*int64(i)/int64(o.Jobs), units*int64(i+1)/int64(o.Jobs))
@@ -296,6 +328,7 @@ func setDefaults(o *Options, info *blockdev.Info) error {
 
 type job struct {
 	e     *engine
+	dev   blockdev.Device // e.devs[id mod len]
 	id    int
 	first int64 // first unit
 	units int64
@@ -331,7 +364,8 @@ func newJob(e *engine, id int, first, end int64) (*job, error) {
 		reqs: make([]blockdev.Request, o.QD), ch: make(chan *blockdev.Request, o.QD),
 		sent: make([]time.Time, o.QD), scratch: make([]byte, e.info.BlockSize),
 	}
-	buf, err := e.d.AllocBuffer(o.QD * o.BlockSize)
+	j.dev = e.devs[id%len(e.devs)]
+	buf, err := j.dev.AllocBuffer(o.QD * o.BlockSize)
 	if err != nil {
 		return nil, fmt.Errorf("allocating %d bytes of I/O buffers: %w", o.QD*o.BlockSize, err)
 	}
@@ -345,7 +379,7 @@ func newJob(e *engine, id int, first, end int64) (*job, error) {
 		fillStream(b, uint64(id), o.Seed, 0)
 	}
 	for i := range j.reqs {
-		j.reqs[i] = blockdev.Request{Buf: buf, BufOff: i * o.BlockSize, Length: o.BlockSize, Queue: id, C: j.ch, Tag: uint64(i)}
+		j.reqs[i] = blockdev.Request{Buf: buf, BufOff: i * o.BlockSize, Length: o.BlockSize, Queue: id / len(e.devs), C: j.ch, Tag: uint64(i)}
 	}
 	return j, nil
 }
@@ -411,7 +445,7 @@ func (j *job) prepare(r *blockdev.Request, op blockdev.Op, u int64) {
 }
 
 func (j *job) submit(r *blockdev.Request) bool {
-	if err := j.e.d.Submit(r); err != nil {
+	if err := j.dev.Submit(r); err != nil {
 		j.fail(fmt.Errorf("submitting a %s of %d bytes at offset %d: %w", r.Op, r.Length, r.Offset, err))
 		if j.busy != nil {
 			j.busy[r.Offset/int64(j.e.o.BlockSize)-j.first] = false
@@ -555,7 +589,7 @@ func (j *job) readBack() {
 			return false
 		}
 		r.Op, r.Offset, r.Err = blockdev.OpRead, (j.first+u)*int64(o.BlockSize), nil
-		if err := j.e.d.Submit(r); err != nil {
+		if err := j.dev.Submit(r); err != nil {
 			j.fail(fmt.Errorf("verify read-back: %w", err))
 			return false
 		}
@@ -704,6 +738,20 @@ func (e *engine) result(elapsed time.Duration) *Result {
 	res.IOPS = float64(res.IOs) / secs
 	res.BW = float64(res.Bytes) / secs
 	res.Lat = latOf(&all)
+	if len(e.devs) > 1 {
+		res.Hosts = make([]HostStat, len(e.devs))
+		for i, j := range e.jobs {
+			h := &res.Hosts[i%len(e.devs)]
+			for k := range 2 {
+				h.IOs += j.ios[k].Load()
+				h.BW += float64(j.bytes[k].Load())
+			}
+		}
+		for i := range res.Hosts {
+			res.Hosts[i].IOPS = float64(res.Hosts[i].IOs) / secs
+			res.Hosts[i].BW /= secs
+		}
+	}
 	return res
 }
 

@@ -385,3 +385,59 @@ func TestAllocsPerIO(t *testing.T) {
 		t.Errorf("%.4f allocations per I/O, want 0", perIO)
 	}
 }
+
+// TestRunMany: jobs spread over the devices round-robin, each device's
+// queues in turn; Hosts adds up to the whole; verify works per device.
+func TestRunMany(t *testing.T) {
+	t.Parallel()
+	var devs []blockdev.Device
+	var mems []*blockdevtest.Mem
+	for range 3 {
+		m := newMem(t, blockdevtest.MemConfig{Queues: 2, BlockSize: 512})
+		mems = append(mems, m)
+		devs = append(devs, m)
+	}
+	o := Options{Pattern: RandRW, BlockSize: 4096, QD: 4, Jobs: 6, Runtime: 150 * time.Millisecond, Verify: true, Seed: 7}
+	res, err := RunMany(context.Background(), devs, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Errors != 0 || res.VerifyErrs != 0 || res.Verified == 0 {
+		t.Fatalf("errors %d, verify errors %d of %d: %v", res.Errors, res.VerifyErrs, res.Verified, res.Mismatches)
+	}
+	if len(res.Hosts) != 3 {
+		t.Fatalf("hosts %+v: want 3", res.Hosts)
+	}
+	var sum uint64
+	for i, h := range res.Hosts {
+		sum += h.IOs
+		if h.IOs == 0 || h.IOPS <= 0 {
+			t.Errorf("host %d: %+v", i, h)
+		}
+		if mems[i].Ops(blockdev.OpRead)+mems[i].Ops(blockdev.OpWrite) == 0 {
+			t.Errorf("device %d saw no I/O", i)
+		}
+	}
+	if sum != res.IOs {
+		t.Errorf("hosts' I/Os add up to %d, the run's to %d", sum, res.IOs)
+	}
+	var b bytes.Buffer
+	res.WriteText(&b)
+	if !strings.Contains(b.String(), "hosts: 3, IOPS per host") {
+		t.Errorf("text report without the hosts line:\n%s", b.String())
+	}
+	// One device: no Hosts section.
+	if res, err := RunMany(context.Background(), devs[:1], Options{BlockSize: 4096, QD: 2, Runtime: 20 * time.Millisecond}); err != nil || res.Hosts != nil {
+		t.Errorf("one device: %v, hosts %v", err, res.Hosts)
+	}
+	if _, err := RunMany(context.Background(), devs, Options{BlockSize: 4096, QD: 2, Jobs: 2, Runtime: 20 * time.Millisecond}); err == nil || !strings.Contains(err.Error(), "2 jobs for 3 devices") {
+		t.Errorf("fewer jobs than devices: %v", err)
+	}
+	other := newMem(t, blockdevtest.MemConfig{Size: 8 << 20, BlockSize: 512})
+	if _, err := RunMany(context.Background(), []blockdev.Device{devs[0], other}, Options{Jobs: 2, Runtime: 20 * time.Millisecond}); err == nil || !strings.Contains(err.Error(), "device 1") {
+		t.Errorf("devices of different sizes: %v", err)
+	}
+	if _, err := RunMany(context.Background(), nil, Options{}); err == nil {
+		t.Error("no device accepted")
+	}
+}

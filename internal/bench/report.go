@@ -29,6 +29,17 @@ func (r *Result) WriteText(w io.Writer) {
 	if r.Read != nil && r.Write != nil {
 		line("total", &OpStat{IOs: r.IOs, Bytes: r.Bytes, IOPS: r.IOPS, BW: r.BW, Lat: r.Lat})
 	}
+	if len(r.Hosts) > 0 {
+		lo, hi := r.Hosts[0].IOPS, r.Hosts[0].IOPS
+		for _, h := range r.Hosts[1:] {
+			lo, hi = min(lo, h.IOPS), max(hi, h.IOPS)
+		}
+		ratio := 0.0
+		if hi > 0 {
+			ratio = lo / hi
+		}
+		fmt.Fprintf(w, "  hosts: %d, IOPS per host min=%s max=%s (min/max %.2f)\n", len(r.Hosts), fmtCount(lo), fmtCount(hi), ratio)
+	}
 	fmt.Fprintf(w, "  errors: %d", r.Errors)
 	if r.FirstError != "" {
 		fmt.Fprintf(w, " (first: %s)", r.FirstError)
