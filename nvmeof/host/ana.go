@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/rdisk/rdisk/backstore"
@@ -166,7 +167,12 @@ func (c *Controller) applyANALocked(ns *Namespace) bool {
 	}
 	a := accessOf(st)
 	if old := blockdev.AccessState(ns.access.Swap(uint32(a))); old != a {
-		c.log.Info("nvme host: namespace access state changed", "subnqn", c.subNQN, "cntlid", c.cntlid, "nsid", ns.nsid, "old", old, "state", a)
+		// The first state, at open, is no news (Debug); changes are.
+		lvl := slog.LevelInfo
+		if old == blockdev.AccessUnknown {
+			lvl = slog.LevelDebug
+		}
+		c.log.Log(context.Background(), lvl, "nvme host: namespace access state changed", "subnqn", c.subNQN, "cntlid", c.cntlid, "nsid", ns.nsid, "old", old, "state", a)
 	}
 	return true
 }
