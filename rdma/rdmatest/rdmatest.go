@@ -110,9 +110,25 @@ func Pair(t testing.TB, np func() rdma.Provider, cfg PairConfig) (client, server
 		pd, err := client.QP.Connect(ctx, ln.Addr().String(), p)
 		done <- res{pd, err}
 	}()
-	req, err := ln.Accept(ctx)
-	if err != nil {
-		t.Fatalf("accept: %v", err)
+	type acc struct {
+		req rdma.ConnRequest
+		err error
+	}
+	accepted := make(chan acc, 1)
+	go func() {
+		req, err := ln.Accept(ctx)
+		accepted <- acc{req, err}
+	}()
+	var req rdma.ConnRequest
+	select {
+	case a := <-accepted:
+		if a.err != nil {
+			t.Fatalf("accept: %v", a.err)
+		}
+		req = a.req
+	case r := <-done:
+		// The connect failed before a request reached the listener.
+		t.Fatalf("connect to %s: %v (no connection request arrived)", ln.Addr(), r.err)
 	}
 	if !samePD(req.PrivateData(), cfg.ClientPD) {
 		t.Errorf("server got private data %x, want %x", req.PrivateData(), cfg.ClientPD)
@@ -219,6 +235,14 @@ func fill(b []byte, seed uint64) {
 	}
 }
 
+// capsOf returns the provider's declared departures (rdma.CapsOf) from a
+// provider made for the purpose.
+func capsOf(t *testing.T, np NewProvider) rdma.Caps {
+	p := np(t)
+	defer p.Close()
+	return rdma.CapsOf(p)
+}
+
 func prov(t *testing.T, np NewProvider) func() rdma.Provider {
 	return func() rdma.Provider { return np(t) }
 }
@@ -258,17 +282,36 @@ func testConnectPrivateData(t *testing.T, np NewProvider) {
 }
 
 func testMaxPrivateData(t *testing.T, np NewProvider) {
-	big := bytes.Repeat([]byte{0xa5}, rdma.MaxPrivateData)
-	Pair(t, prov(t, np), PairConfig{ClientPD: big, ServerPD: big})
+	caps := capsOf(t, np)
+	conn := bytes.Repeat([]byte{0xa5}, caps.MaxConnectPrivateData)
+	acc := bytes.Repeat([]byte{0x5a}, caps.MaxAcceptPrivateData)
+	Pair(t, prov(t, np), PairConfig{ClientPD: conn, ServerPD: acc})
+	rej := bytes.Repeat([]byte{0x3c}, caps.MaxRejectPrivateData)
+	rejectWith(t, np, rej, func(re *rdma.RejectError) {
+		if !samePD(re.PrivateData, rej) {
+			t.Errorf("reject private data: %d bytes %x, want %d bytes of 3c", len(re.PrivateData), re.PrivateData, len(rej))
+		}
+	})
 	c := newEnd(t, np(t), PairConfig{BufSize: 4096}, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := c.QP.Connect(ctx, "127.0.0.1:1", rdma.ConnParam{PrivateData: append(big, 1)}); err == nil {
-		t.Fatal("connect with more than MaxPrivateData bytes succeeded")
+	if _, err := c.QP.Connect(ctx, "127.0.0.1:1", rdma.ConnParam{PrivateData: append(conn, 1)}); err == nil {
+		t.Fatalf("connect with %d bytes of private data, more than the provider's %d, succeeded", len(conn)+1, len(conn))
 	}
 }
 
 func testReject(t *testing.T, np NewProvider) {
+	rejectWith(t, np, []byte{0, 0, 3, 0}, func(re *rdma.RejectError) {
+		if !samePD(re.PrivateData, []byte{0, 0, 3, 0}) {
+			t.Errorf("reject private data %x", re.PrivateData)
+		}
+	})
+}
+
+// rejectWith has a listener reject a connection request with pd and
+// checks the initiator's error with check.
+func rejectWith(t *testing.T, np NewProvider, pd []byte, check func(*rdma.RejectError)) {
+	t.Helper()
 	sp, cp := np(t), np(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -278,24 +321,28 @@ func testReject(t *testing.T, np NewProvider) {
 	}
 	defer ln.Close()
 	c := newEnd(t, cp, PairConfig{BufSize: 4096}, false)
+	rejErr := make(chan error, 1)
 	go func() {
 		req, err := ln.Accept(ctx)
 		if err == nil {
-			req.Reject([]byte{0, 0, 3, 0})
+			err = req.Reject(pd)
 		}
+		rejErr <- err
 	}()
 	_, err = c.QP.Connect(ctx, ln.Addr().String(), rdma.ConnParam{PrivateData: []byte("x")})
+	if err := <-rejErr; err != nil {
+		t.Fatalf("reject with %d bytes of private data: %v", len(pd), err)
+	}
 	var re *rdma.RejectError
 	if !errors.As(err, &re) {
 		t.Fatalf("connect error %v, want *rdma.RejectError", err)
 	}
-	if !samePD(re.PrivateData, []byte{0, 0, 3, 0}) {
-		t.Errorf("reject private data %x", re.PrivateData)
-	}
+	check(re)
 }
 
 func testSendSmall(t *testing.T, np NewProvider) {
 	c, s := Pair(t, prov(t, np), PairConfig{PostRecvs: 8, RecvSize: 256})
+	noFlag := rdma.CapsOf(c.Prov).NoSolicitedFlag
 	for i := 0; i < 20; i++ {
 		msg := fmt.Appendf(nil, "message %d", i)
 		copy(c.Buf[512*1024:], msg)
@@ -313,7 +360,7 @@ func testSendSmall(t *testing.T, np NewProvider) {
 		if wc.ByteLen != len(msg) || !bytes.Equal(s.Buf[int(wc.ID)*256:int(wc.ID)*256+wc.ByteLen], msg) {
 			t.Fatalf("recv %d: %d bytes %q, want %q", wc.ID, wc.ByteLen, s.Buf[int(wc.ID)*256:int(wc.ID)*256+wc.ByteLen], msg)
 		}
-		if got := wc.Flags&rdma.WCSolicited != 0; got != (i%2 == 1) {
+		if got := wc.Flags&rdma.WCSolicited != 0; got != (i%2 == 1 && !noFlag) {
 			t.Errorf("recv %d: solicited %v", i, got)
 		}
 		if err := s.QP.PostRecv(&rdma.RecvWR{ID: wc.ID, SGL: []rdma.SGE{{MR: s.MR, Offset: int(wc.ID) * 256, Length: 256}}}); err != nil {
@@ -489,12 +536,14 @@ func testReadsAtFullORD(t *testing.T, np NewProvider) {
 
 func testFastRegSendInv(t *testing.T, np NewProvider) {
 	c, s := Pair(t, prov(t, np), PairConfig{PostRecvs: 4, RecvSize: 64})
+	caps := rdma.CapsOf(c.Prov)
 	fr, err := c.PD.AllocFastRegMR(65536)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fr.Close()
 	var lastKey uint32
+	var lastVA uint64
 	for i := 0; i < 3; i++ {
 		off := 65536 * (i + 1) // a fresh region each time (see testWrite)
 		rkey, va, err := fr.Map(c.MR, off, 8192, rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
@@ -504,7 +553,7 @@ func testFastRegSendInv(t *testing.T, np NewProvider) {
 		if rkey == lastKey {
 			t.Fatalf("fast registration reused key %#x", rkey)
 		}
-		lastKey = rkey
+		lastKey, lastVA = rkey, va
 		if va != c.MR.VA()+uint64(off) {
 			t.Fatalf("fast registration VA %#x, want %#x", va, c.MR.VA()+uint64(off))
 		}
@@ -515,25 +564,77 @@ func testFastRegSendInv(t *testing.T, np NewProvider) {
 		if err := s.QP.PostSend(&rdma.SendWR{ID: 1, Op: rdma.OpRDMAWrite, SGL: []rdma.SGE{{MR: s.MR, Length: 8192}}, RemoteAddr: va, RemoteKey: rkey}); err != nil {
 			t.Fatal(err)
 		}
+		if caps.NoRemoteInvalidate {
+			// The data goes through the key; the initiator invalidates
+			// it locally once the response came.
+			if err := s.QP.PostSend(&rdma.SendWR{ID: 2, Op: rdma.OpSend, Flags: rdma.Signaled}); err != nil {
+				t.Fatal(err)
+			}
+			expect(t, WaitWC(t, s.SendCQ), rdma.OpSend, rdma.StatusSuccess)
+			wc := WaitWC(t, c.RecvCQ)
+			expect(t, wc, rdma.OpRecv, rdma.StatusSuccess)
+			if !bytes.Equal(c.Buf[off:off+8192], s.Buf[:8192]) {
+				t.Fatal("data written through the fast-registered key differs")
+			}
+			if err := fr.Invalidate(); err != nil {
+				t.Fatal(err)
+			}
+			if fr.Valid() {
+				t.Fatal("key still valid after Invalidate")
+			}
+			c.QP.PostRecv(&rdma.RecvWR{ID: wc.ID, SGL: []rdma.SGE{{MR: c.MR, Offset: int(wc.ID) * 64, Length: 64}}})
+			continue
+		}
 		if err := s.QP.PostSend(&rdma.SendWR{ID: 2, Op: rdma.OpSendWithInv, Flags: rdma.Signaled, InvalidateKey: rkey}); err != nil {
 			t.Fatal(err)
 		}
 		expect(t, WaitWC(t, s.SendCQ), rdma.OpSendWithInv, rdma.StatusSuccess)
 		wc := WaitWC(t, c.RecvCQ)
 		expect(t, wc, rdma.OpRecv, rdma.StatusSuccess)
-		if wc.Flags&rdma.WCWithInv == 0 || wc.InvalidatedKey != rkey {
-			t.Fatalf("receive completion %+v: want invalidation of %#x", wc, rkey)
-		}
-		if fr.Valid() {
-			t.Fatal("key still valid after Send with Invalidate")
+		if caps.NoInvalidateReport {
+			if wc.Flags&rdma.WCWithInv != 0 || wc.InvalidatedKey != 0 {
+				t.Fatalf("receive completion %+v: reports an invalidation, the provider declares it does not", wc)
+			}
+			if !fr.Valid() {
+				t.Fatal("key reads as invalid without a reported invalidation")
+			}
+			// The receiver invalidates it itself, except the last
+			// time: the stale write below shows the device did.
+			if i < 2 {
+				if err := fr.Invalidate(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		} else {
+			if wc.Flags&rdma.WCWithInv == 0 || wc.InvalidatedKey != rkey {
+				t.Fatalf("receive completion %+v: want invalidation of %#x", wc, rkey)
+			}
+			if fr.Valid() {
+				t.Fatal("key still valid after Send with Invalidate")
+			}
 		}
 		if !bytes.Equal(c.Buf[off:off+8192], s.Buf[:8192]) {
 			t.Fatal("data written through the fast-registered key differs")
 		}
 		c.QP.PostRecv(&rdma.RecvWR{ID: wc.ID, SGL: []rdma.SGE{{MR: c.MR, Offset: int(wc.ID) * 64, Length: 64}}})
 	}
+	if caps.NoRemoteInvalidate {
+		// A Send with Invalidate of a mapped key is refused at the
+		// receiver, and ends the connection.
+		rkey, _, err := fr.Map(c.MR, 0, 8192, rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.QP.PostSend(&rdma.SendWR{ID: 4, Op: rdma.OpSendWithInv, InvalidateKey: rkey}); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, WaitWC(t, c.RecvCQ), rdma.OpRecv, rdma.StatusRemoteInvReq)
+		waitDone(t, c.QP)
+		waitDone(t, s.QP)
+		return
+	}
 	// The stale key is refused: the write terminates the connection.
-	if err := s.QP.PostSend(&rdma.SendWR{ID: 3, Op: rdma.OpRDMAWrite, SGL: []rdma.SGE{{MR: s.MR, Length: 16}}, RemoteAddr: c.MR.VA() + 65536, RemoteKey: lastKey}); err != nil {
+	if err := s.QP.PostSend(&rdma.SendWR{ID: 3, Op: rdma.OpRDMAWrite, SGL: []rdma.SGE{{MR: s.MR, Length: 16}}, RemoteAddr: lastVA, RemoteKey: lastKey}); err != nil {
 		t.Fatal(err)
 	}
 	waitDone(t, c.QP)
@@ -567,7 +668,15 @@ func testLocalInv(t *testing.T, np NewProvider) {
 	if err := s.QP.PostSend(&rdma.SendWR{ID: 3, Op: rdma.OpRDMARead, Flags: rdma.Signaled, SGL: []rdma.SGE{{MR: s.MR, Length: 4096}}, RemoteAddr: va, RemoteKey: rkey}); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, WaitWC(t, s.SendCQ), rdma.OpRDMARead, rdma.StatusRemoteAccess)
+	expect(t, WaitWC(t, s.SendCQ), rdma.OpRDMARead, refusedStatus(s))
+}
+
+// refusedStatus is the status of e's RDMA Read that the peer refused.
+func refusedStatus(e *End) rdma.Status {
+	if rdma.CapsOf(e.Prov).RemoteErrorFlushes {
+		return rdma.StatusFlushed
+	}
+	return rdma.StatusRemoteAccess
 }
 
 // readFails posts an RDMA Read that the peer must refuse.
@@ -577,7 +686,7 @@ func readFails(t *testing.T, np NewProvider, cfg PairConfig, addr func(s *End) (
 	if err := c.QP.PostSend(&rdma.SendWR{ID: 1, Op: rdma.OpRDMARead, Flags: rdma.Signaled, SGL: []rdma.SGE{{MR: c.MR, Length: n}}, RemoteAddr: va, RemoteKey: key}); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, WaitWC(t, c.SendCQ), rdma.OpRDMARead, rdma.StatusRemoteAccess)
+	expect(t, WaitWC(t, c.SendCQ), rdma.OpRDMARead, refusedStatus(c))
 	waitDone(t, c.QP)
 	waitDone(t, s.QP)
 	if c.QP.Err() == nil || s.QP.Err() == nil {
@@ -598,7 +707,27 @@ func testReadOutOfBounds(t *testing.T, np NewProvider) {
 }
 
 func testReadNoRights(t *testing.T, np NewProvider) {
-	readFails(t, np, PairConfig{Access: rdma.AccessLocalWrite | rdma.AccessRemoteWrite}, func(s *End) (uint64, uint32) { return s.MR.VA(), s.MR.RKey() }, 16)
+	cfg := PairConfig{Access: rdma.AccessLocalWrite | rdma.AccessRemoteWrite}
+	if !capsOf(t, np).RemoteReadUnchecked {
+		readFails(t, np, cfg, func(s *End) (uint64, uint32) { return s.MR.VA(), s.MR.RKey() }, 16)
+		return
+	}
+	// The provider declares it answers such Reads: they must succeed
+	// with the data, and the connection stay up.
+	c, s := Pair(t, prov(t, np), cfg)
+	fill(s.Buf[:16], 31)
+	publish(s)
+	if err := c.QP.PostSend(&rdma.SendWR{ID: 1, Op: rdma.OpRDMARead, Flags: rdma.Signaled, SGL: []rdma.SGE{{MR: c.MR, Length: 16}}, RemoteAddr: s.MR.VA(), RemoteKey: s.MR.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, WaitWC(t, c.SendCQ), rdma.OpRDMARead, rdma.StatusSuccess)
+	if !bytes.Equal(c.Buf[:16], s.Buf[:16]) {
+		t.Fatal("RDMA Read without remote-read rights: data differs")
+	}
+	syncSend(t, c, s)
+	if c.QP.State() != rdma.QPConnected || s.QP.State() != rdma.QPConnected {
+		t.Fatalf("states %s/%s after the Read, want connected", c.QP.State(), s.QP.State())
+	}
 }
 
 func testWriteNoRights(t *testing.T, np NewProvider) {
@@ -621,8 +750,12 @@ func testRecvTooSmall(t *testing.T, np NewProvider) {
 	if err := c.QP.PostSend(&rdma.SendWR{ID: 1, Op: rdma.OpSend, SGL: []rdma.SGE{{MR: c.MR, Length: 101}}}); err != nil {
 		t.Fatal(err)
 	}
+	want := rdma.StatusLocalLength
+	if st := rdma.CapsOf(s.Prov).RecvOverrunStatus; st != rdma.StatusSuccess {
+		want = st
+	}
 	wc := WaitWC(t, s.RecvCQ)
-	expect(t, wc, rdma.OpRecv, rdma.StatusLocalLength)
+	expect(t, wc, rdma.OpRecv, want)
 	expect(t, WaitWC(t, s.RecvCQ), rdma.OpRecv, rdma.StatusFlushed)
 	waitDone(t, c.QP)
 }
@@ -790,7 +923,7 @@ func testImplicitRemote(t *testing.T, np NewProvider) {
 		RemoteAddr: va, RemoteKey: im.RKey()}); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, WaitWC(t, c.SendCQ), rdma.OpRDMARead, rdma.StatusRemoteAccess)
+	expect(t, WaitWC(t, c.SendCQ), rdma.OpRDMARead, refusedStatus(c))
 	waitDone(t, c.QP)
 	waitDone(t, s.QP)
 }

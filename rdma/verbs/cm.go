@@ -136,6 +136,9 @@ func (r *connReq) answer() error {
 
 // Reject implements rdma.ConnRequest (rdma_reject with private data).
 func (r *connReq) Reject(privateData []byte) error {
+	if err := r.p.checkPD(len(privateData), pdReject); err != nil {
+		return err
+	}
 	if err := r.answer(); err != nil {
 		return err
 	}
@@ -151,6 +154,16 @@ func (r *connReq) Reject(privateData []byte) error {
 	return nil
 }
 
+// checkPD refuses private data over the device's limit for kind (the
+// kernel would refuse it with EINVAL, or worse, see deviceCaps).
+func (p *Provider) checkPD(n, kind int) error {
+	if max := p.pdLimit(kind); n > max {
+		what := [...]string{"connect request", "accept reply", "reject"}[kind]
+		return fmt.Errorf("verbs: %d bytes of private data in a %s, more than the %d that %s carries", n, what, max, p.dev.name)
+	}
+	return nil
+}
+
 func capDefault(v, max int) int {
 	if v <= 0 || v > max {
 		return max
@@ -160,9 +173,9 @@ func capDefault(v, max int) int {
 
 // connParam fills an rdma_conn_param; the private data is copied into C
 // memory the caller frees.
-func (p *Provider) connParam(cp *C.struct_rdma_conn_param, prm rdma.ConnParam, q *qp) (unsafe.Pointer, error) {
-	if len(prm.PrivateData) > rdma.MaxPrivateData {
-		return nil, fmt.Errorf("verbs: %d bytes of private data, more than %d", len(prm.PrivateData), rdma.MaxPrivateData)
+func (p *Provider) connParam(cp *C.struct_rdma_conn_param, prm rdma.ConnParam, q *qp, kind int) (unsafe.Pointer, error) {
+	if err := p.checkPD(len(prm.PrivateData), kind); err != nil {
+		return nil, err
 	}
 	*cp = C.struct_rdma_conn_param{}
 	var ptr unsafe.Pointer
@@ -190,6 +203,9 @@ func (r *connReq) Accept(ctx context.Context, qpi rdma.QP, prm rdma.ConnParam) e
 	if !ok || q.p != r.p {
 		return errors.New("verbs: Accept needs a QP of the same provider")
 	}
+	if err := r.p.checkPD(len(prm.PrivateData), pdAccept); err != nil {
+		return err
+	}
 	if err := r.answer(); err != nil {
 		return err
 	}
@@ -206,7 +222,7 @@ func (r *connReq) Accept(ctx context.Context, qpi rdma.QP, prm rdma.ConnParam) e
 		return err
 	}
 	var cp C.struct_rdma_conn_param
-	ptr, err := r.p.connParam(&cp, prm, q)
+	ptr, err := r.p.connParam(&cp, prm, q, pdAccept)
 	if ptr != nil {
 		defer C.free(ptr)
 	}

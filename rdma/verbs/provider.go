@@ -65,6 +65,8 @@ type device struct {
 	maxRdAtom, maxInitRdAtom int
 	maxSGE, maxQPWR, maxCQE  int
 	odpImplicit              bool
+	vendor                   uint32 // ibv_device_attr.vendor_id: rxeVendor, siwVendor, or a NIC's
+	caps                     rdma.Caps
 
 	mu  sync.RWMutex
 	qps map[uint32]*qp
@@ -98,6 +100,7 @@ func loadDevices() {
 			d.maxSGE = int(a.orig_attr.max_sge)
 			d.maxQPWR = int(a.orig_attr.max_qp_wr)
 			d.maxCQE = int(a.orig_attr.max_cqe)
+			d.vendor = uint32(a.orig_attr.vendor_id)
 			d.odpImplicit = a.odp_caps.general_caps&C.IBV_ODP_SUPPORT_IMPLICIT != 0 &&
 				a.odp_caps.per_transport_caps.rc_odp_caps&C.IBV_ODP_SUPPORT_SEND != 0
 		} else {
@@ -108,7 +111,9 @@ func loadDevices() {
 			}
 			d.maxRdAtom, d.maxInitRdAtom = int(b.max_qp_rd_atom), int(b.max_qp_init_rd_atom)
 			d.maxSGE, d.maxQPWR, d.maxCQE = int(b.max_sge), int(b.max_qp_wr), int(b.max_cqe)
+			d.vendor = uint32(b.vendor_id)
 		}
+		d.caps = deviceCaps(d.iwarp, d.vendor)
 		if C.rd_nonblock(ctx.async_fd) != 0 {
 			devErr = fmt.Errorf("verbs: %s: cannot make the async event fd non-blocking", d.name)
 			return

@@ -274,8 +274,8 @@ func (q *qp) checkState() {
 // Connect implements rdma.QP: rdma_resolve_addr, rdma_resolve_route and
 // rdma_connect with the QP bound to the new cm_id.
 func (q *qp) Connect(ctx context.Context, addr string, prm rdma.ConnParam) ([]byte, error) {
-	if len(prm.PrivateData) > rdma.MaxPrivateData {
-		return nil, fmt.Errorf("verbs: %d bytes of private data, more than %d", len(prm.PrivateData), rdma.MaxPrivateData)
+	if err := q.p.checkPD(len(prm.PrivateData), pdConnect); err != nil {
+		return nil, err
 	}
 	ap, err := parseAddr(addr)
 	if err != nil {
@@ -321,7 +321,7 @@ func (q *qp) Connect(ctx context.Context, addr string, prm rdma.ConnParam) ([]by
 		return fail(cmError("resolve route "+ap.String(), e))
 	}
 	var cp C.struct_rdma_conn_param
-	ptr, err := q.p.connParam(&cp, prm, q)
+	ptr, err := q.p.connParam(&cp, prm, q, pdConnect)
 	if ptr != nil {
 		defer C.free(ptr)
 	}

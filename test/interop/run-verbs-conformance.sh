@@ -12,6 +12,7 @@
 #   VERBS_RUN=REGEXP    tests to run (default 'TestDevices|TestConformance';
 #                       e.g. 'TestConformance/RDMARead')
 #   VERBS_V=1           the whole go test -v output on the console log
+#   VERBS_COUNT=N       run the tests N times (go test -count)
 #   VERBS_LOG=FILE      full console log (default $TMPDIR/rdisk-verbs-conformance.log)
 # Exit status: the guest script's (0 = every device passed).
 set -uo pipefail
@@ -37,7 +38,7 @@ if ! (cd "$ROOT" && CGO_ENABLED=1 go test -c -tags verbs -trimpath -o "$tmp/verb
 fi
 
 envs=()
-for v in VERBS_ONLY VERBS_RUN VERBS_V; do
+for v in VERBS_ONLY VERBS_RUN VERBS_V VERBS_COUNT; do
   [[ -n ${!v:-} ]] && envs+=(--env "$v=${!v}")
 done
 log=${VERBS_LOG:-${TMPDIR:-/tmp}/rdisk-verbs-conformance.log}

@@ -9,6 +9,7 @@
 #   VERBS_ONLY=rxe|siw   one device only
 #   VERBS_RUN=REGEXP     go test -test.run (default TestDevices|TestConformance)
 #   VERBS_V=1            -test.v (every subtest's line)
+#   VERBS_COUNT=N        -test.count N (repeat the tests, to catch rare failures)
 # Output: "VERBS-<dev>-<subtest>: PASS|FAIL|SKIP" lines, "VERBS-<dev>: PASS|FAIL",
 # a summary and "VERBS: PASS|FAIL"; exit status 0 only if every device passed.
 if [ -f /guest/files/lab-net.sh ]; then
@@ -42,7 +43,7 @@ run_dev() { # NAME TYPE
   rdma link show $name/1
   mark=$(dmesg | wc -l); t0=$(date +%s)
   v=; [ -n "${VERBS_V:-}" ] && v=-test.v
-  RDISK_VERBS_IP=$LAB_IP RDISK_VERBS_DEVICE=$name timeout 600 "$T" -test.run "$RUN" -test.v -test.timeout 540s \
+  RDISK_VERBS_IP=$LAB_IP RDISK_VERBS_DEVICE=$name timeout 600 "$T" -test.run "$RUN" -test.count "${VERBS_COUNT:-1}" -test.v -test.timeout 540s \
     > /tmp/$name.log 2>&1
   rc=$?
   t1=$(date +%s)
