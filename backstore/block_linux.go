@@ -4,6 +4,7 @@ package backstore
 
 import (
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +27,12 @@ type BlockOptions struct {
 	// mounted) elsewhere at the same time. Exporting a device that is in
 	// use elsewhere corrupts data unless both sides only read.
 	Shared bool
+	// NoURing runs operations started with Start (AsyncDisk) on the sync
+	// path even where io_uring works; see IOPath.
+	NoURing bool
+	// Log receives the line naming the I/O path at open; nil means
+	// slog.Default().
+	Log *slog.Logger
 }
 
 // Block is a disk backed by a block device: size from BLKGETSIZE64, logical
@@ -46,6 +53,8 @@ type Block struct {
 // Compile-time checks of the optional capabilities.
 var (
 	_ VectoredDisk   = (*Block)(nil)
+	_ AsyncDisk      = (*Block)(nil)
+	_ IOPathReporter = (*Block)(nil)
 	_ Discarder      = (*Block)(nil)
 	_ ZeroWriter     = (*Block)(nil)
 	_ HealthReporter = (*Block)(nil)
@@ -77,6 +86,9 @@ func OpenBlock(path string, opts BlockOptions) (*Block, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
+	b.d.eng = newAsyncEngine(&b.d, opts.NoURing, opts.Log, func(io *AsyncIO) error {
+		return b.d.runSyncIO(io, b.Discard, b.WriteZeroes)
+	})
 	return b, nil
 }
 
@@ -209,6 +221,16 @@ func (b *Block) WriteAt(p []byte, off int64, flags WriteFlags) error {
 func (b *Block) WritevAt(bufs [][]byte, off int64, flags WriteFlags) error {
 	return b.d.writevAt(bufs, off, flags)
 }
+
+// Start implements AsyncDisk: reads, writes (FUA by RWF_DSYNC) and flushes
+// go to the disk's io_uring, or to its sync workers (see IOPath);
+// discards and write-zeroes run Discard and WriteZeroes on the workers.
+// It refuses what the synchronous methods refuse up front, and ErrClosed
+// once Close began. Close waits for the operations started.
+func (b *Block) Start(io *AsyncIO) error { return b.d.eng.start(io) }
+
+// IOPath implements IOPathReporter.
+func (b *Block) IOPath() (IOPath, string) { return b.d.eng.path, b.d.eng.reason }
 
 // Flush flushes the device's volatile write cache (fdatasync).
 func (b *Block) Flush() error { return b.d.flush() }

@@ -373,7 +373,7 @@ func runConformance(t *testing.T, k diskKind, d Disk) {
 
 	t.Run("health", func(t *testing.T) {
 		h, err := d.(HealthReporter).Health()
-		if _, isBlock := d.(*Block); isBlock {
+		if _, isBlock := unwrapDisk(d).(*Block); isBlock {
 			// Loop devices have no SMART: the disk must say so.
 			if !errors.Is(err, ErrUnsupported) || h.Supported || h.Reason == "" {
 				t.Fatalf("loop device health = %+v, %v; want unsupported with a reason", h, err)

@@ -5,6 +5,7 @@ package backstore
 import (
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -36,10 +37,17 @@ type FileOptions struct {
 	// BlockSize must be a multiple of the file system's direct I/O offset
 	// alignment.
 	Direct bool
+	// NoURing runs operations started with Start (AsyncDisk) on the sync
+	// path even where io_uring works; see IOPath.
+	NoURing bool
+	// Log receives the line naming the I/O path at open; nil means
+	// slog.Default().
+	Log *slog.Logger
 }
 
 // File is a disk backed by a regular file: pread/pwrite (preadv/pwritev for
-// scatter lists) into the caller's buffers, optional O_DIRECT, discard by
+// scatter lists) into the caller's buffers, or io_uring for operations
+// started with Start (see IOPath), optional O_DIRECT, discard by
 // hole punching, write-zeroes by fallocate zero-range (falling back to hole
 // punching, then to writing zeroes), flush by fdatasync, and FUA by a
 // per-write O_DSYNC (pwritev2 RWF_DSYNC) or, on kernels without it, write
@@ -56,6 +64,8 @@ type File struct {
 // Compile-time checks of the optional capabilities.
 var (
 	_ VectoredDisk   = (*File)(nil)
+	_ AsyncDisk      = (*File)(nil)
+	_ IOPathReporter = (*File)(nil)
 	_ NoWaitReader   = (*File)(nil)
 	_ Discarder      = (*File)(nil)
 	_ ZeroWriter     = (*File)(nil)
@@ -109,6 +119,9 @@ func OpenFile(path string, opts FileOptions) (*File, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
+	f.d.eng = newAsyncEngine(&f.d, opts.NoURing, opts.Log, func(io *AsyncIO) error {
+		return f.d.runSyncIO(io, f.Discard, f.WriteZeroes)
+	})
 	return f, nil
 }
 
@@ -283,6 +296,16 @@ func (f *File) WriteAt(p []byte, off int64, flags WriteFlags) error {
 func (f *File) WritevAt(bufs [][]byte, off int64, flags WriteFlags) error {
 	return f.d.writevAt(bufs, off, flags)
 }
+
+// Start implements AsyncDisk: reads, writes (FUA by RWF_DSYNC) and flushes
+// (fdatasync) go to the disk's io_uring, or to its sync workers (see
+// IOPath); discards and write-zeroes run Discard and WriteZeroes on the
+// workers. It refuses what the synchronous methods refuse up front, and
+// ErrClosed once Close began. Close waits for the operations started.
+func (f *File) Start(io *AsyncIO) error { return f.d.eng.start(io) }
+
+// IOPath implements IOPathReporter.
+func (f *File) IOPath() (IOPath, string) { return f.d.eng.path, f.d.eng.reason }
 
 // Flush makes completed writes durable with fdatasync.
 func (f *File) Flush() error { return f.d.flush() }

@@ -36,6 +36,7 @@ type fdDisk struct {
 	zeroOnce sync.Once
 	zeroBuf  []byte // zeroes for write-zeroes fallbacks, allocated on first need
 	stats    statsCollector
+	eng      *asyncEngine // Start's engine (uring_linux.go); set at open
 }
 
 // zeroBufSize is the size of the zero buffer used when neither the file
@@ -305,6 +306,9 @@ func (d *fdDisk) writeZeroBuf(fd int, off, length int64) error {
 }
 
 func (d *fdDisk) close() error {
+	if d.eng != nil {
+		d.eng.stop() // refuses new operations, waits for those in flight
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.fd < 0 {
