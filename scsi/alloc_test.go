@@ -18,7 +18,12 @@ func TestNoAllocations(t *testing.T) {
 	t0, oob := tur(), rw10(OpRead10, testBlocks, 1, 0)
 	cw := caw(16, 1, 0)
 	cawData := make([]byte, 2*testBS)
+	views := make([][]byte, 4)
 	cmds := map[string]func(){
+		"READ(10) zero-copy": func() {
+			c.Release()
+			*c = Command{CDB: r10, Dir: DirIn, ExpectedLength: 128 * testBS, DataIn: buf, Views: views, Sense: sense}
+		},
 		"READ(10)": func() {
 			*c = Command{CDB: r10, Dir: DirIn, ExpectedLength: 128 * testBS, DataIn: buf, Sense: sense}
 		},
@@ -53,6 +58,10 @@ func TestNoAllocations(t *testing.T) {
 		if allocs != 0 {
 			t.Errorf("%s: %.1f allocations per command, want 0", name, allocs)
 		}
+		if c.Views != nil && c.ViewsLen == 0 {
+			t.Errorf("%s: no views", name)
+		}
+		c.Release()
 	}
 }
 

@@ -102,6 +102,20 @@ func (r ResidualKind) String() string {
 // bytes the command will consume, so that an RDMA transport need not pull
 // bytes the command will ignore.
 //
+// # Zero-copy reads
+//
+// A transport that can send from any memory (an RDMA implicit MR) may set
+// Views to a slice of segment slots. A READ on a disk that keeps its
+// blocks in memory (backstore.Viewer) then fills Views[:ViewsLen] with the
+// disk's own memory holding its DataInLen bytes, in order, instead of
+// copying them into DataIn, which it leaves untouched. The segments alias
+// the disk and must only be read. The command holds them until the
+// transport calls Release, once the data has been sent (the completion of
+// the response that follows the RDMA Write) or will never be (the
+// connection ended): COMPARE AND WRITE, ORWRITE and WRITE ATOMIC on the LU
+// wait for that (see Exclusive), so a read never sends half of one. A
+// command whose ViewsLen is 0 after Execute holds nothing.
+//
 // # Residuals
 //
 // Residual and ResidualKind follow SAM-5 and RFC 7143 11.4.5: when the
@@ -145,6 +159,14 @@ type Command struct {
 	DataOut []byte
 	DataIn  []byte
 	Sense   []byte
+	// Views are segment slots a read may fill with the disk's memory
+	// instead of writing DataIn; nil turns zero-copy reads off. See
+	// above.
+	Views [][]byte
+	// ViewsLen is the number of Views filled by the last Execute: when
+	// positive, the data-in is Views[:ViewsLen] (DataInLen bytes in all)
+	// and the command holds it until Release.
+	ViewsLen int
 
 	// Status is the SCSI status of the completed command.
 	Status Status
@@ -176,6 +198,24 @@ type Command struct {
 	// xfer the number it did.
 	need uint64
 	xfer uint64
+	// viewRL is the range locks of the LU whose memory Views hold.
+	viewRL *rangeLocks
+}
+
+// Release ends the command's hold on the disk memory in Views (see
+// Command): the transport calls it once the data-in has been sent, or
+// will not be. It does nothing when the command holds none, so it may be
+// called more than once; Execute calls it first. It must not be called
+// while Execute runs with c.
+func (c *Command) Release() {
+	r := c.viewRL
+	if r == nil {
+		return
+	}
+	c.viewRL = nil
+	clear(c.Views[:c.ViewsLen]) // do not keep discarded RAM disk chunks alive
+	c.ViewsLen = 0
+	r.unview()
 }
 
 const (

@@ -54,6 +54,7 @@ func (lu *LU) execute(s *Session, c *Command) {
 	mode := c.abort.Load()
 	lu.tasks.remove(c)
 	if mode != 0 {
+		c.Release()
 		c.Status = StatusTaskAborted
 		c.SenseLen = 0
 		c.DataInLen = 0

@@ -94,6 +94,10 @@ type LUConfig struct {
 type LU struct {
 	disk   backstore.Disk
 	discrd backstore.Discarder // nil when the disk cannot deallocate
+	// viewer is the disk's memory view for zero-copy reads: nil unless it
+	// is a backstore.Viewer that never waits (a wrapper adding waits to
+	// a RAM disk serves through its ReadAt).
+	viewer backstore.Viewer
 	zeroer backstore.ZeroWriter
 	health backstore.HealthReporter
 	bs     int
@@ -224,8 +228,12 @@ func NewLU(disk backstore.Disk, cfg LUConfig) (*LU, error) {
 	lu.blocks.Store(uint64(disk.Size()) >> lu.shift)
 	lu.mode.Store(lu.defaultMode())
 	lu.cmds = newCommandTable(lu)
+	if v, ok := disk.(backstore.Viewer); ok && backstore.TraitsOf(disk).Waits == backstore.WaitsNever {
+		lu.viewer = v
+	}
 	lu.tasks.init()
 	lu.ranges.init()
+	lu.tasks.ranges = &lu.ranges
 	lu.bufs.init()
 	return lu, nil
 }

@@ -3,6 +3,7 @@ package scsi
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 
 	"github.com/rdisk/rdisk/backstore"
 )
@@ -44,7 +45,9 @@ func (lu *LU) checkWritable(c *Command) bool {
 // execRead: READ(6/10/12/16). The blocks are read straight into DataIn; a
 // transfer cut short by the expected length inside a block reads that block
 // through a scratch buffer. Reads hold a shared range lock, so COMPARE AND
-// WRITE and ORWRITE are atomic with respect to them.
+// WRITE and ORWRITE are atomic with respect to them. With Command.Views,
+// whole blocks of a disk in memory are not copied: the views are held
+// until the transport releases them (rangeLocks.tryView).
 func execRead(lu *LU, c *Command, b cdb, it *itl) {
 	f := rwDecode(b)
 	if !lu.checkRW(c, f, true) {
@@ -58,6 +61,9 @@ func execRead(lu *LU, c *Command, b cdb, it *itl) {
 	}
 	whole := n &^ uint64(lu.bs-1)
 	off := int64(f.lba << lu.shift)
+	if whole == n && len(c.Views) > 0 && lu.view(c, off, int(n)) {
+		return
+	}
 	// A shared lock keeps COMPARE AND WRITE and ORWRITE atomic for
 	// readers too: a read never sees half of one.
 	lm := lu.ranges.lockShared(c, f.lba, f.lba+(n+uint64(lu.bs)-1)>>lu.shift)
@@ -83,6 +89,31 @@ func execRead(lu *LU, c *Command, b cdb, it *itl) {
 	}
 	c.DataInLen = int(n)
 	c.xfer = n
+}
+
+// view answers a read of n bytes at off from the disk's memory into
+// c.Views (see Command), when the disk has it (LU.viewer), no exclusive locker wants
+// the LU, and the range fits the segments. It reports whether it did;
+// a failed read has failed c.
+func (lu *LU) view(c *Command, off int64, n int) bool {
+	v := lu.viewer
+	if v == nil || !lu.ranges.tryView() {
+		return false
+	}
+	k, err := v.ViewAt(c.Views, off, n)
+	if err != nil {
+		lu.ranges.unview()
+		if errors.Is(err, backstore.ErrUnsupported) {
+			return false // more segments than Views: copy
+		}
+		c.fail(lu.ioSense(err, false, uint64(off)>>lu.shift))
+		return true
+	}
+	c.viewRL = &lu.ranges
+	c.ViewsLen = k
+	c.DataInLen = n
+	c.xfer = uint64(n)
+	return true
 }
 
 // writeData returns the whole blocks of data-out a write of nlb blocks

@@ -331,6 +331,7 @@ func (s *Session) Close() {
 // their worker goroutines, many at a time. See Command for the buffer,
 // residual and abort contract.
 func (s *Session) Execute(c *Command) {
+	c.Release()
 	c.reset()
 	c.sess = s
 	switch {

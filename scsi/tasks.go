@@ -23,6 +23,7 @@ type taskShard struct {
 type taskSet struct {
 	shards [taskShards]taskShard
 	gate   orderGate
+	ranges *rangeLocks // the LU's, woken on aborts
 
 	// notify is closed (and replaced) when an aborted command leaves the
 	// task set; task management waits on it.
@@ -87,6 +88,9 @@ func (ts *taskSet) abort(match func(*Command) bool, mode func(*Command) uint32) 
 	}
 	if n > 0 {
 		ts.gate.wake()
+		if ts.ranges != nil {
+			ts.ranges.wake() // an exclusive locker waiting may be aborted
+		}
 	}
 	return n
 }
