@@ -11,8 +11,14 @@ import (
 
 	"github.com/rdisk/rdisk/internal/workers"
 	"github.com/rdisk/rdisk/iser"
+	"github.com/rdisk/rdisk/rdma"
 	"github.com/rdisk/rdisk/scsi"
 )
+
+// maxViews is the number of disk memory segments a zero-copy read may
+// gather into its RDMA Write (a RAM disk's 64 KiB chunks: up to 128 KiB
+// at any offset); longer reads are copied.
+const maxViews = 4
 
 // taskState is where a command slot is in its life.
 type taskState uint8
@@ -68,9 +74,11 @@ type task struct {
 	rstag, wstag uint32
 	rva, wva     uint64
 	rsv, wsv     bool
-	inv          uint32 // key to invalidate with the response (0: none)
-	pending      int    // work completions still expected
-	rspLen       int    // bytes of the response Send
+	inv          uint32             // key to invalidate with the response (0: none)
+	views        [maxViews][]byte   // zero-copy read: the disk memory (scsi.Command.Views)
+	vsgl         [maxViews]rdma.SGE // and the scatter list of its RDMA Write
+	pending      int                // work completions still expected
+	rspLen       int                // bytes of the response Send
 	r2tQueued    bool
 
 	// iSCSI/TCP Data-Out timeout (tcp.go): the deadline (Unix ns, 0:
@@ -131,6 +139,7 @@ type conn struct {
 	x      transport
 	maxXfr int
 	connID uint16
+	views  bool // reads may answer from disk memory (the transport sends from any)
 
 	mu       sync.Mutex
 	slotFree sync.Cond
@@ -221,6 +230,11 @@ func (c *conn) stop(err error) {
 	}
 	c.pool.Close()
 	c.tmfWG.Wait()
+	// Zero-copy reads whose response completion never came let COMPARE
+	// AND WRITE go (the transport's loop has ended).
+	for i := range c.tasks {
+		c.tasks[i].cmd.Release()
+	}
 	if c.sess != nil {
 		c.t.sessionEnded(c, err)
 		c.sess.close()
@@ -256,6 +270,7 @@ func (c *conn) getTask() *task {
 // release frees a task slot whose response was sent (or that ends
 // without one) and credits the window if that was not done yet.
 func (c *conn) release(tk *task) {
+	tk.cmd.Release() // a zero-copy read's data was sent (or never will be)
 	c.mu.Lock()
 	c.creditLocked(tk)
 	if cur, ok := c.byITT[tk.itt]; ok && cur == tk {
@@ -526,8 +541,12 @@ func (c *conn) prepare(tk *task, cmd iser.SCSICommand, cdbLen int, extCDB bool) 
 		tk.buf = b
 	}
 	tk.buf = tk.buf[:cap(tk.buf)]
+	sc.Views = nil
 	if sc.Dir == scsi.DirIn {
 		sc.DataIn = tk.buf[:want]
+		if c.views {
+			sc.Views = tk.views[:]
+		}
 	}
 	return nil
 }
@@ -547,7 +566,9 @@ func (c *conn) startLocked(tk *task) {
 
 func (c *conn) queueLocked(tk *task) {
 	tk.state = taskQueued
-	if c.sess.runsInline(tk.lun) {
+	// COMPARE AND WRITE and its kind may wait for zero-copy reads to be
+	// sent, which the receive loop may have to see: a worker.
+	if c.sess.runsInline(tk.lun) && !scsi.Exclusive(tk.cmd.CDB) {
 		c.inlineQ = append(c.inlineQ, tk)
 		return
 	}

@@ -87,6 +87,7 @@ func (t *Target) serveISER(p rdma.Provider, req rdma.ConnRequest) {
 		Provider: p, Recvs: t.cfg.QueueDepth + extraRecvs, RecvLen: iserRecvLen,
 		Slots: ntasks, RespLen: taskSendLen, SendWRs: 2*ntasks + ctlBufs + 8,
 		Ctl: ctlBufs, CtlLen: ctlSendLen, MaxData: t.cfg.MaxTransfer,
+		SendSGE: maxViews, Implicit: true,
 	}, x)
 	if err != nil {
 		log.Warn("iser: no resources for a connection", "err", err)
@@ -261,6 +262,7 @@ func (x *iserConn) loginStep(p iser.PDU) error {
 		x.smu.Unlock()
 		c := newConn(x.t, ls, x, connLog(x.log, ls, id))
 		c.connID = ls.CID
+		c.views = x.q.Implicit() != nil
 		s, err := x.t.openSession(ls, id, c)
 		if err != nil {
 			c.pool.Close()
@@ -418,7 +420,15 @@ func (x *iserConn) respond(tk *task, inline bool) {
 	x.statSN++
 	iser.BHS(bhs).SetLengths(0, slen)
 	var err error
-	if n > 0 {
+	switch {
+	case n > 0 && sc.ViewsLen > 0:
+		// Straight from the disk's memory; Sent (release) lets it go.
+		sgl := tk.vsgl[:sc.ViewsLen]
+		for i, b := range sc.Views[:sc.ViewsLen] {
+			sgl[i] = rdma.SGE{MR: x.q.Implicit(), Buf: b}
+		}
+		err = x.q.WriteSGL(s, sgl, tk.rva, tk.rstag)
+	case n > 0:
 		err = x.q.Write(s, 0, n, tk.rva, tk.rstag)
 	}
 	if err == nil {

@@ -16,6 +16,11 @@ import (
 	"github.com/rdisk/rdisk/srp"
 )
 
+// maxViews is the number of disk memory segments a zero-copy read may
+// gather into its RDMA Write (a RAM disk's 64 KiB chunks: up to 128 KiB
+// at any offset); longer reads are copied.
+const maxViews = 4
+
 // treqStride is the size of a target request buffer: an SRP_AER_REQ with
 // fixed-format sense data, rounded up.
 const treqStride = 64
@@ -71,6 +76,11 @@ type request struct {
 	data   srp.Data
 	descs  []srp.DirectDesc
 	tmf    srp.TskMgmtFields
+
+	// Zero-copy reads (scsi.Command.Views): the disk memory a read
+	// answers from, and the scatter list of its RDMA Write.
+	views [maxViews][]byte
+	vsgl  [maxViews]rdma.SGE
 
 	table    []byte // external indirect table (registered, lazily)
 	tableMR  rdma.MR
@@ -163,8 +173,8 @@ func (t *Target) newChannel(prov rdma.Provider, p *Port, f srp.LoginReqFields, i
 	q, err := rdmaq.NewTargetQueue(rdmaq.TargetConfig{
 		Provider: prov, Recvs: ch.depth + 1, RecvLen: ch.iuLen, AlignAt: immOff,
 		Slots: nslots, RespLen: srp.RspSize + scsi.SenseBufferLen,
-		SendWRs: ch.depth*(cfg.MaxDescriptors+1) + nslots + 4,
-		Ctl:     2, CtlLen: treqStride, MaxData: max(cfg.MaxTransfer, 4096), QPContext: ch,
+		SendWRs: ch.depth*(cfg.MaxDescriptors+1) + nslots + 4, SendSGE: maxViews, Implicit: true,
+		Ctl: 2, CtlLen: treqStride, MaxData: max(cfg.MaxTransfer, 4096), QPContext: ch,
 	}, ch)
 	if err != nil {
 		ch.cancel()
@@ -226,6 +236,11 @@ func (ch *channel) end(reason string) {
 		ch.port.detach(ch)
 		ch.pool.Close()
 		ch.wg.Wait()
+		// Zero-copy reads whose response was never sent (or whose
+		// completion never came) let COMPARE AND WRITE go.
+		for i := range ch.q.Slots() {
+			ch.q.Slot(i).R.cmd.Release()
+		}
 		ch.release()
 		close(ch.ended)
 	})
@@ -293,6 +308,7 @@ func (ch *channel) Recv(m rdmaq.Msg) error {
 // Sent implements rdmaq.TargetHandler: a response went out; the slot
 // frees.
 func (ch *channel) Sent(s *slot) {
+	s.R.cmd.Release()
 	ch.mu.Lock()
 	s.R.state, s.R.abort, s.R.isTMF = slotFree, abortNone, false
 	ch.mu.Unlock()

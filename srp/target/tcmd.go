@@ -56,7 +56,7 @@ func (ch *channel) start(s *slot, b []byte, n int) {
 	s.R.lun = lun
 	cmd := &s.R.cmd
 	cmd.CDB, cmd.LUN, cmd.Tag, cmd.Attr = s.R.cdb[:k], lun, s.R.tag, taskAttr(c.TaskAttr())
-	cmd.Dir, cmd.ExpectedLength, cmd.DataIn, cmd.DataOut = scsi.DirNone, 0, nil, nil
+	cmd.Dir, cmd.ExpectedLength, cmd.DataIn, cmd.DataOut, cmd.Views = scsi.DirNone, 0, nil, nil, nil
 	ch.mu.Lock()
 	ch.responders++
 	ch.mu.Unlock()
@@ -112,6 +112,11 @@ func (ch *channel) start(s *slot, b []byte, n int) {
 			return
 		}
 		cmd.DataIn = s.Data()[:d.Length]
+		if !d.External && len(d.Descs) == 1 && ch.q.Implicit() != nil {
+			// One remote buffer: a RAM disk read goes straight from
+			// its memory (respond).
+			cmd.Views = s.R.views[:]
+		}
 		if d.External {
 			ch.fetchTable(s)
 			return
@@ -261,7 +266,9 @@ func (ch *channel) onRead(s *slot) {
 // disk never blocks (RAM, null), as the iSER target does: no hand-off.
 func (ch *channel) dispatch(s *slot) {
 	inline := false
-	if !ch.t.cfg.NoInline {
+	// COMPARE AND WRITE and its kind wait for zero-copy reads to be
+	// sent, which this goroutine (the loop) may have to see: a worker.
+	if !ch.t.cfg.NoInline && !scsi.Exclusive(s.R.cmd.CDB) {
 		if lu := ch.port.st.LU(s.R.lun); lu != nil {
 			inline = backstore.TraitsOf(lu.Disk()).Waits == backstore.WaitsNever
 		}
@@ -340,7 +347,25 @@ func (ch *channel) fail(s *slot, key scsi.SenseKey, asc scsi.ASC, field int) {
 func (ch *channel) respond(s *slot) {
 	c := &s.R.cmd
 	ch.commands.Add(1)
-	if c.Dir == scsi.DirIn && c.DataInLen > 0 {
+	switch {
+	case c.Dir == scsi.DirIn && c.ViewsLen > 0:
+		// Straight from the disk's memory to the one remote buffer
+		// (start set Views only then); Sent releases it.
+		sgl := s.R.vsgl[:c.ViewsLen]
+		for i, b := range c.Views[:c.ViewsLen] {
+			sgl[i] = rdma.SGE{MR: ch.q.Implicit(), Buf: b}
+		}
+		d := s.R.data.Descs[0]
+		if c.DataInLen > int(d.Len) {
+			ch.shutdown("srp: zero-copy read longer than its descriptor")
+			break
+		}
+		if err := ch.q.WriteSGL(s, sgl, d.VA, d.Key); err != nil {
+			ch.shutdown(err.Error())
+			break
+		}
+		ch.readBytes.Add(uint64(c.DataInLen))
+	case c.Dir == scsi.DirIn && c.DataInLen > 0:
 		off := 0
 		for _, d := range s.R.data.Descs {
 			if off == c.DataInLen {
