@@ -3,6 +3,8 @@ package scsi
 import (
 	"strconv"
 	"sync/atomic"
+
+	"github.com/rdisk/rdisk/backstore"
 )
 
 // Dir is the data transfer direction a transport declared for a command
@@ -181,6 +183,9 @@ type Command struct {
 	// Aborted reports that a task management function from this
 	// command's own I_T nexus aborted it: send no response.
 	Aborted bool
+	// Done is called when a command begun with Session.Start completes
+	// (see there); set it once, it is not used by Execute.
+	Done func(*Command)
 
 	// Task set membership (protected by the LU's task shard lock).
 	lu         *LU
@@ -200,6 +205,15 @@ type Command struct {
 	xfer uint64
 	// viewRL is the range locks of the LU whose memory Views hold.
 	viewRL *rangeLocks
+
+	// Session.Start (async.go): the disk I/O, the lock it holds and
+	// what its completion needs.
+	aio      backstore.AsyncIO
+	aioBufs  [1][]byte
+	aioLock  lockMode
+	aioPass  gatePass
+	aioLBA   uint64
+	aioWrite bool
 }
 
 // Release ends the command's hold on the disk memory in Views (see

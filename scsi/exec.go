@@ -11,19 +11,33 @@ import (
 // reservation conflicts, the task set (task attributes and
 // aborts), then the command.
 func (lu *LU) execute(s *Session, c *Command) {
+	d, b, it, pass, ok := lu.begin(s, c)
+	if !ok {
+		return
+	}
+	if pass != passAborted && !c.aborted() {
+		d.exec(lu, c, b, it)
+	}
+	lu.end(c, pass)
+}
+
+// begin runs the checks of execute up to the command itself and enters
+// the task set; ok false means c is complete (it failed a check) and not
+// in the task set. Otherwise end must follow, once c is done.
+func (lu *LU) begin(s *Session, c *Command) (d *cmdDesc, b cdb, it *itl, pass gatePass, ok bool) {
 	c.lu = lu
-	it := lu.itlFor(s)
+	it = lu.itlFor(s)
 	switch c.CDB[0] {
 	case OpInquiry, OpReportLUNs, OpRequestSense:
 		// These report no unit attention (REQUEST SENSE returns it as
 		// its data).
 	default:
-		if asc, ok := it.takeUA(); ok {
+		if asc, ua := it.takeUA(); ua {
 			c.fail(senseInfo{key: KeyUnitAttention, asc: asc})
 			return
 		}
 	}
-	if si, ok := s.aluaCheck(c.CDB); !ok {
+	if si, okALUA := s.aluaCheck(c.CDB); !okALUA {
 		c.fail(si)
 		return
 	}
@@ -32,7 +46,7 @@ func (lu *LU) execute(s *Session, c *Command) {
 		c.fail(serr)
 		return
 	}
-	b := cdb(c.CDB[:d.cdbLen])
+	b = cdb(c.CDB[:d.cdbLen])
 	if b.control()&0x04 != 0 { // NACA: ACA is not supported
 		c.fail(invalidCDB(d.cdbLen-1, 2))
 		return
@@ -46,10 +60,12 @@ func (lu *LU) execute(s *Session, c *Command) {
 		return
 	}
 	lu.tasks.add(c)
-	pass := lu.tasks.gate.enter(c)
-	if pass != passAborted && !c.aborted() {
-		d.exec(lu, c, b, it)
-	}
+	return d, b, it, lu.tasks.gate.enter(c), true
+}
+
+// end leaves the task set after begin and the command: an aborted command
+// completes with TASK ABORTED (or silently, Aborted).
+func (lu *LU) end(c *Command, pass gatePass) {
 	lu.tasks.gate.leave(pass)
 	mode := c.abort.Load()
 	lu.tasks.remove(c)

@@ -98,6 +98,8 @@ type LU struct {
 	// is a backstore.Viewer that never waits (a wrapper adding waits to
 	// a RAM disk serves through its ReadAt).
 	viewer backstore.Viewer
+	// async is the disk when it starts I/O without waiting (Session.Start).
+	async  backstore.AsyncDisk
 	zeroer backstore.ZeroWriter
 	health backstore.HealthReporter
 	bs     int
@@ -231,6 +233,7 @@ func NewLU(disk backstore.Disk, cfg LUConfig) (*LU, error) {
 	if v, ok := disk.(backstore.Viewer); ok && backstore.TraitsOf(disk).Waits == backstore.WaitsNever {
 		lu.viewer = v
 	}
+	lu.async, _ = disk.(backstore.AsyncDisk)
 	lu.tasks.init()
 	lu.ranges.init()
 	lu.tasks.ranges = &lu.ranges
