@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 	"unsafe"
@@ -67,9 +68,6 @@ const (
 	// iovMax is the most iovecs one submission carries (UIO_MAXIOV); a
 	// longer scatter list is sent as a short transfer and its remainder.
 	iovMax = 1024
-	// wakeTag is the user data of the no-op that wakes the reaper at
-	// Close.
-	wakeTag = ^uint64(0)
 )
 
 // slot stage: what the slot's current submission does.
@@ -111,11 +109,11 @@ type asyncEngine struct {
 
 	ring      *uring.Ring
 	slots     []uslot
-	free      []int32    // free slot indices
-	waiting   ioQueue    // started while every slot was busy
-	pending   uint32     // published submissions no io_uring_enter took yet
-	reaping   bool       // the reaper is handling completions and will submit pending
-	reaperEnd chan error // closed when the reaper returned
+	free      []int32       // free slot indices
+	waiting   ioQueue       // started while every slot was busy
+	pending   uint32        // published submissions no io_uring_enter took yet
+	efd       *os.File      // eventfd the ring signals per completion, read in the netpoller
+	reaperEnd chan struct{} // closed when the reaper returned
 
 	syncQ       ioQueue // operations for the sync workers
 	syncStarted bool
@@ -166,19 +164,19 @@ func newAsyncEngine(d *fdDisk, noURing bool, log *slog.Logger, runSync func(*Asy
 	case noURing:
 		e.reason = "io_uring turned off by the options"
 	default:
-		r, err := uring.New(ringEntries)
+		r, efd, err := newRing()
 		if err != nil {
 			e.reason = err.Error()
 			break
 		}
-		e.ring, e.path = r, IOPathURing
+		e.ring, e.efd, e.path = r, efd, IOPathURing
 		n := min(r.SQEntries(), r.CQEntries()/2)
 		e.slots = make([]uslot, n)
 		e.free = make([]int32, n)
 		for i := range e.free {
 			e.free[i] = int32(len(e.free) - 1 - i)
 		}
-		e.reaperEnd = make(chan error)
+		e.reaperEnd = make(chan struct{})
 		go e.reap()
 	}
 	if e.path == IOPathURing {
@@ -187,6 +185,27 @@ func newAsyncEngine(d *fdDisk, noURing bool, log *slog.Logger, runSync func(*Asy
 		log.Info("backstore: disk I/O path", "disk", d.name, "io_path", e.path.String(), "reason", e.reason, "direct", d.direct)
 	}
 	return e
+}
+
+// newRing sets up a ring and the eventfd its completions signal.
+func newRing() (*uring.Ring, *os.File, error) {
+	r, err := uring.New(ringEntries)
+	if err != nil {
+		return nil, nil, err
+	}
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		r.Close()
+		return nil, nil, fmt.Errorf("eventfd for io_uring completions: %w", err)
+	}
+	if err := r.RegisterEventfd(fd); err != nil {
+		unix.Close(fd)
+		r.Close()
+		return nil, nil, err
+	}
+	// Non-blocking, so os.NewFile puts it in the netpoller: the reaper
+	// parks without a thread.
+	return r, os.NewFile(uintptr(fd), "io_uring-eventfd"), nil
 }
 
 // start is Start for d: it refuses what the synchronous method would
@@ -315,59 +334,33 @@ func (e *asyncEngine) prepLocked(i int32) {
 	e.pending++
 }
 
-// submitUnlock hands the published submissions to the kernel, unless the
-// reaper is about to (it submits them with its next wait), and unlocks.
+// submitUnlock unlocks and hands the published submissions to the
+// kernel (io_uring_enter). Every caller submits at once, so the device
+// never waits for a Done running on the reaper.
 func (e *asyncEngine) submitUnlock() {
-	if e.reaping {
-		e.mu.Unlock()
-		return
-	}
 	n := e.pending
 	e.pending = 0
 	e.mu.Unlock()
 	if n > 0 {
-		e.enter(n, false)
+		e.enter(n)
 	}
 }
 
-// enter submits n published entries (and waits for a completion with
-// wait), retrying what the kernel did not take: EINTR, and EAGAIN or
-// EBUSY while it lacks memory or holds overflowed completions.
-func (e *asyncEngine) enter(n uint32, wait bool) {
-	for tries := 0; ; tries++ {
-		var min uint32
-		if wait {
-			min = 1
-		}
-		k, err := e.ring.Enter(n, min, wait)
-		if err == nil {
-			n -= min32(uint32(k), n)
-			if n == 0 || wait {
-				if n > 0 {
-					e.mu.Lock()
-					e.pending += n
-					e.mu.Unlock()
-				}
-				return
-			}
-			continue
-		}
+// enter submits n published entries, retrying what the kernel did not
+// take: EINTR, and EAGAIN or EBUSY while it lacks memory or holds
+// overflowed completions (which the reaper drains).
+func (e *asyncEngine) enter(n uint32) {
+	for tries := 0; n > 0; tries++ {
+		k, err := e.ring.Enter(n, 0, false)
 		switch err {
+		case nil:
+			n -= min32(uint32(k), n)
 		case unix.EINTR:
-			if wait {
-				// Completions may be in; the caller looks.
-				if n > 0 {
-					e.mu.Lock()
-					e.pending += n
-					e.mu.Unlock()
-				}
-				return
-			}
 		case unix.EAGAIN, unix.EBUSY:
 			time.Sleep(time.Duration(min64(int64(tries+1), 100)) * 10 * time.Microsecond)
 		default:
-			// The ring is unusable (it never is for a valid ring
-			// descriptor); keep trying rather than lose operations.
+			// Not seen for a valid ring; keep trying rather than lose
+			// operations.
 			slog.Error("backstore: io_uring_enter failed", "disk", e.d.name, "err", err)
 			time.Sleep(time.Millisecond)
 		}
@@ -388,37 +381,47 @@ func min64(a, b int64) int64 {
 	return b
 }
 
-// reap is the ring's completion goroutine: it waits in io_uring_enter
-// (submitting what Start and the Done functions published meanwhile),
-// handles every completion, and returns once the engine is closed with
-// nothing in flight.
+// reap is the ring's completion goroutine: it handles every completion
+// in the ring, then waits for the eventfd the kernel signals per
+// completion, in Go's netpoller (no thread or P held while it waits).
+// It returns once the engine is closed with nothing in flight.
 func (e *asyncEngine) reap() {
 	defer close(e.reaperEnd)
+	var buf [8]byte
 	for {
+		for {
+			if e.ring.Overflowed() {
+				// Completions the kernel held back (cannot happen with
+				// the slot bound, handled all the same).
+				e.ring.Enter(0, 0, true)
+			}
+			a, b := e.ring.Peek()
+			if len(a)+len(b) == 0 {
+				break
+			}
+			// The slots were filled under mu before their submission;
+			// taking it orders those writes before the reads here for
+			// the race detector too (the kernel orders them anyway).
+			e.mu.Lock()
+			e.mu.Unlock() //nolint:staticcheck // an empty critical section on purpose
+			for _, c := range a {
+				e.complete(c)
+			}
+			for _, c := range b {
+				e.complete(c)
+			}
+			e.ring.Advance(uint32(len(a) + len(b)))
+		}
 		e.mu.Lock()
-		n := e.pending
-		e.pending = 0
-		e.reaping = false
-		if e.closed && e.inflight == 0 && n == 0 {
-			e.mu.Unlock()
+		exit := e.closed && e.inflight == 0
+		e.mu.Unlock()
+		if exit {
 			return
 		}
-		e.mu.Unlock()
-		e.enter(n, true)
-		a, b := e.ring.Peek()
-		if len(a)+len(b) == 0 {
-			continue
+		if _, err := e.efd.Read(buf[:]); err != nil {
+			slog.Error("backstore: reading the io_uring eventfd", "disk", e.d.name, "err", err)
+			time.Sleep(time.Millisecond)
 		}
-		e.mu.Lock()
-		e.reaping = true
-		e.mu.Unlock()
-		for _, c := range a {
-			e.complete(c)
-		}
-		for _, c := range b {
-			e.complete(c)
-		}
-		e.ring.Advance(uint32(len(a) + len(b)))
 	}
 }
 
@@ -426,8 +429,8 @@ func (e *asyncEngine) reap() {
 // or interrupted) is resubmitted from where it stopped; otherwise the slot
 // is freed and the operation's Done called.
 func (e *asyncEngine) complete(c uring.CQE) {
-	if c.UserData == wakeTag {
-		return
+	if c.UserData >= uint64(len(e.slots)) {
+		return // not ours: nothing else submits; ignored
 	}
 	i := int32(c.UserData)
 	s := &e.slots[i]
@@ -436,7 +439,7 @@ func (e *asyncEngine) complete(c uring.CQE) {
 	if err == errAgain {
 		e.mu.Lock()
 		e.prepLocked(i)
-		e.mu.Unlock()
+		e.submitUnlock()
 		return
 	}
 	d := e.d
@@ -465,7 +468,7 @@ func (e *asyncEngine) complete(c uring.CQE) {
 	if next := e.waiting.pop(); next != nil {
 		e.beginLocked(next, vecLen(next.Bufs))
 	}
-	e.mu.Unlock()
+	e.submitUnlock()
 	io.Done(io)
 	e.finished()
 }
@@ -592,18 +595,16 @@ func (e *asyncEngine) stop() bool {
 		e.idle.Wait()
 	}
 	e.work.Broadcast()
+	e.mu.Unlock()
 	if e.ring != nil {
 		// Wake the reaper, which sees the engine closed and idle.
-		sqe := e.ring.GetSQE()
-		sqe.PrepNop()
-		sqe.UserData = wakeTag
-		e.ring.Flush()
-		e.pending++
-		e.submitUnlock()
+		one := [8]byte{1}
+		if _, err := e.efd.Write(one[:]); err != nil {
+			slog.Error("backstore: waking the io_uring reaper", "disk", e.d.name, "err", err)
+		}
 		<-e.reaperEnd
 		e.ring.Close()
-	} else {
-		e.mu.Unlock()
+		e.efd.Close()
 	}
 	e.syncWG.Wait()
 	return true

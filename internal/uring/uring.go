@@ -340,3 +340,19 @@ func (e *SQE) PrepFallocate(fd int, mode uint32, off, length int64) {
 
 // PrepNop fills e for a no-op.
 func (e *SQE) PrepNop() { e.Opcode = OpNop }
+
+// registerEventfd is IORING_REGISTER_EVENTFD.
+const registerEventfd = 4
+
+// RegisterEventfd makes the kernel signal the eventfd efd for every
+// completion posted to the ring (io_uring_register(2)), so that a reaper
+// can wait for completions in Go's netpoller instead of blocking a thread
+// (and, while the runtime has not noticed, its P) in io_uring_enter.
+func (r *Ring) RegisterEventfd(efd int) error {
+	fd := int32(efd)
+	_, _, e := unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), registerEventfd, uintptr(unsafe.Pointer(&fd)), 1, 0, 0)
+	if e != 0 {
+		return fmt.Errorf("io_uring_register(IORING_REGISTER_EVENTFD): %w", e)
+	}
+	return nil
+}

@@ -167,3 +167,29 @@ func TestReadWriteFsync(t *testing.T) {
 		t.Fatalf("fsync(-1): res %d, want -EBADF", c.Res)
 	}
 }
+
+// TestEventfd: a registered eventfd counts the completions posted.
+func TestEventfd(t *testing.T) {
+	t.Parallel()
+	r := newRing(t, 4)
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(efd)
+	if err := r.RegisterEventfd(efd); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		r.GetSQE().PrepNop()
+	}
+	r.Flush()
+	if _, err := r.Enter(2, 2, true); err != nil {
+		t.Fatal(err)
+	}
+	var b [8]byte
+	if n, err := unix.Read(efd, b[:]); err != nil || n != 8 || b[0] == 0 {
+		t.Fatalf("eventfd read = %d, %v, %v; want a count", n, err, b)
+	}
+	reap(t, r, 2)
+}
