@@ -136,7 +136,7 @@ func newQP(d *pd, cfg rdma.QPConfig) (*qp, error) {
 		q.rq[i].mem = make([][]byte, 0, rs)
 	}
 	q.orq = make([]uint64, sw)
-	q.tx.init(d.p.cfg.MaxFPDUPayload)
+	q.tx.init(d.p.cfg.MaxFPDUPayload, ss)
 	q.rx.init()
 	return q, nil
 }

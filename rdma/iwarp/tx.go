@@ -12,7 +12,8 @@ import (
 )
 
 const (
-	txMaxIov   = 512     // iovecs per writev
+	txMaxIov   = 512     // iovecs per writev, at most
+	txMinIov   = 64      // iovecs per writev at first (grown to txMaxIov on need)
 	txMaxBytes = 1 << 20 // payload bytes per writev
 	// Each FPDU uses one header slot and one trailer slot in the arena.
 	txSlot = untaggedHdrLen + readReqLen + 8
@@ -25,8 +26,10 @@ type txState struct {
 	bufs       net.Buffers
 	arena      []byte
 	arenaUsed  int
-	bytes      int // payload bytes in the batch
-	fpdus      int // FPDUs in the batch
+	minIov     int  // the smallest useful batch: one FPDU of the most pieces
+	full       bool // the last batch stopped at the iovec or arena capacity
+	bytes      int  // payload bytes in the batch
+	fpdus      int  // FPDUs in the batch
 	c          txCounters
 	tab        *crc32.Table
 	msn        [3]uint32 // last MSN sent per queue number
@@ -41,14 +44,29 @@ type txState struct {
 	one   [1][]byte
 }
 
-func (t *txState) init(maxPayload int) {
+// init sizes the batch for maxPieces payload pieces per FPDU. The iovecs
+// and header arena start at txMinIov entries and double, up to txMaxIov,
+// each time a batch fills them: an idle or lightly used QP keeps a few KiB
+// instead of ~40, and a busy one reaches full batches after a handful of
+// allocations.
+func (t *txState) init(maxPayload, maxPieces int) {
 	t.maxPayload = maxPayload
-	t.iov = make([][]byte, 0, txMaxIov)
-	t.arena = make([]byte, txMaxIov*txSlot)
+	t.minIov = min(max(txMinIov, maxPieces+3), txMaxIov)
+	t.setCap(t.minIov)
 	t.tab = crc32.MakeTable(crc32.Castagnoli)
 }
 
+func (t *txState) setCap(n int) {
+	t.iov = make([][]byte, 0, n)
+	t.arena = make([]byte, n*txSlot)
+}
+
 func (t *txState) reset() {
+	if t.full && cap(t.iov) < txMaxIov {
+		// The previous batch is written: nothing refers to the old arrays.
+		t.setCap(min(2*cap(t.iov), txMaxIov))
+	}
+	t.full = false
 	t.iov = t.iov[:0]
 	t.arenaUsed = 0
 	t.stagedUsed = 0
@@ -84,7 +102,14 @@ func (t *txState) slot(n int) []byte {
 
 // room tells whether one more FPDU of up to maxSGE+1 payload pieces fits.
 func (t *txState) room(pieces int) bool {
-	return len(t.iov)+pieces+2 <= cap(t.iov) && t.arenaUsed+txSlot <= len(t.arena) && t.bytes < txMaxBytes
+	if t.bytes >= txMaxBytes {
+		return false
+	}
+	if len(t.iov)+pieces+2 > cap(t.iov) || t.arenaUsed+txSlot > len(t.arena) {
+		t.full = true
+		return false
+	}
+	return true
 }
 
 // fpdu appends one FPDU: header hdr (already filled but for the length),
