@@ -204,7 +204,9 @@ func (q *rdmaQueue) Start(s *rdmaq.Slot[rdmaReq], m rdmaq.Msg) error {
 		}
 		return q.tq.Free(s)
 	}
-	buf, err := s.EnsureData(mdts)
+	// Sized by what the command moves (grown in powers of two, registered
+	// once per size), not MDTS: a queue of 4 KiB I/O keeps 4 KiB buffers.
+	buf, err := s.EnsureData(r.xferLen)
 	if err != nil {
 		r.status = nvmeof.StatusInternal
 		return q.sq.respond(r)
