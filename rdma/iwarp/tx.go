@@ -26,7 +26,6 @@ type txState struct {
 	bufs       net.Buffers
 	arena      []byte
 	arenaUsed  int
-	minIov     int  // the smallest useful batch: one FPDU of the most pieces
 	full       bool // the last batch stopped at the iovec or arena capacity
 	bytes      int  // payload bytes in the batch
 	fpdus      int  // FPDUs in the batch
@@ -51,8 +50,8 @@ type txState struct {
 // allocations.
 func (t *txState) init(maxPayload, maxPieces int) {
 	t.maxPayload = maxPayload
-	t.minIov = min(max(txMinIov, maxPieces+3), txMaxIov)
-	t.setCap(t.minIov)
+	// At least one FPDU of the most pieces fits (header, pieces, trailer).
+	t.setCap(min(max(txMinIov, maxPieces+3), txMaxIov))
 	t.tab = crc32.MakeTable(crc32.Castagnoli)
 }
 
