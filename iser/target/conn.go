@@ -154,6 +154,8 @@ type conn struct {
 	frozen bool
 
 	pool     *workers.Pool[*task] // runs commands on disks that may block
+	async    sync.WaitGroup       // commands started on an asynchronous disk, until their response
+	inline   bool                 // !Config.NoInline: the receive loop runs what never blocks it
 	inlineQ  []*task              // tasks the receive loop runs itself (disks that never block)
 	text     iser.TextResponder
 	dropOnce sync.Once
@@ -189,11 +191,13 @@ func newConn(t *Target, ls iser.Session, x transport, log *slog.Logger) *conn {
 		tasks: make([]task, n), free: make([]*task, 0, n), byITT: make(map[uint32]*task, n),
 		held: map[uint32]*task{}, win: ls.CmdWindow, done: make(chan struct{})}
 	c.pool = workers.New(t.cfg.Workers, n, c.runQueued, nil)
+	c.inline = !t.cfg.NoInline
 	c.slotFree.L = &c.mu
 	for i := range c.tasks {
 		tk := &c.tasks[i]
 		tk.idx = i
 		tk.cmd.Sense = tk.sense[:]
+		tk.cmd.Done = func(*scsi.Command) { c.asyncDone(tk) } // once per slot
 		c.free = append(c.free, &c.tasks[n-1-i])
 	}
 	c.text = iser.TextResponder{
@@ -229,6 +233,7 @@ func (c *conn) stop(err error) {
 		c.sess.scsi.Close()
 	}
 	c.pool.Close()
+	c.async.Wait() // commands at an asynchronous disk
 	c.tmfWG.Wait()
 	// Zero-copy reads whose response completion never came let COMPARE
 	// AND WRITE go (the transport's loop has ended).
@@ -568,7 +573,9 @@ func (c *conn) queueLocked(tk *task) {
 	tk.state = taskQueued
 	// COMPARE AND WRITE and its kind may wait for zero-copy reads to be
 	// sent, which the receive loop may have to see: a worker.
-	if c.sess.runsInline(tk.lun) && !scsi.Exclusive(tk.cmd.CDB) {
+	// Commands a backstore.AsyncDisk runs are started there too
+	// (scsi.Session.Start): they hold no goroutine while at the disk.
+	if c.inline && (c.sess.runsInline(tk.lun) && !scsi.Exclusive(tk.cmd.CDB) || c.sess.scsi.CanStart(&tk.cmd)) {
 		c.inlineQ = append(c.inlineQ, tk)
 		return
 	}
@@ -668,7 +675,24 @@ func (c *conn) run(tk *task, inline bool) {
 	}
 	tk.state = taskExec
 	c.mu.Unlock()
+	c.async.Add(1)
+	if c.sess.scsi.Start(&tk.cmd) {
+		return // asyncDone follows
+	}
+	c.async.Done()
 	c.sess.scsi.Execute(&tk.cmd)
+	c.executed(tk, inline)
+}
+
+// asyncDone ends a task whose command scsi.Session.Start ran (the disk's
+// goroutine, or the caller of Start).
+func (c *conn) asyncDone(tk *task) {
+	c.executed(tk, false)
+	c.async.Done()
+}
+
+// executed sends the response of a task whose command completed.
+func (c *conn) executed(tk *task, inline bool) {
 	c.mu.Lock()
 	if tk.cmd.Aborted || tk.dropped || c.closing {
 		c.mu.Unlock()

@@ -114,6 +114,7 @@ type channel struct {
 	immOff int // immediate data offset, 0 without immediate data
 	pool   *workers.Pool[*slot]
 	wg     sync.WaitGroup // task management goroutines
+	async  sync.WaitGroup // commands started on an asynchronous disk, until answered
 	since  time.Time      // when the login arrived
 	sawIU  bool           // an IU was received (loop only)
 
@@ -185,6 +186,7 @@ func (t *Target) newChannel(prov rdma.Provider, p *Port, f srp.LoginReqFields, i
 		s := q.Slot(i)
 		s.R.descs = make([]srp.DirectDesc, 0, cfg.MaxDescriptors)
 		s.R.cmd.Sense = s.R.sense[:]
+		s.R.cmd.Done = func(*scsi.Command) { ch.asyncDone(s) } // once per slot
 	}
 	ch.pool = workers.New(cfg.Workers, nslots, ch.exec, nil)
 	return ch, nil
@@ -235,6 +237,7 @@ func (ch *channel) end(reason string) {
 		}
 		ch.port.detach(ch)
 		ch.pool.Close()
+		ch.async.Wait()
 		ch.wg.Wait()
 		// Zero-copy reads whose response was never sent (or whose
 		// completion never came) let COMPARE AND WRITE go.

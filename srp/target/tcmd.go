@@ -273,6 +273,9 @@ func (ch *channel) dispatch(s *slot) {
 			inline = backstore.TraitsOf(lu.Disk()).Waits == backstore.WaitsNever
 		}
 	}
+	// Commands a backstore.AsyncDisk runs are started here too
+	// (scsi.Session.Start): they hold no goroutine while at the disk.
+	inline = inline || !ch.t.cfg.NoInline && ch.nx.sess.CanStart(&s.R.cmd)
 	ch.mu.Lock()
 	if ch.dead {
 		ch.mu.Unlock()
@@ -308,8 +311,25 @@ func (ch *channel) exec(s *slot) {
 		ch.respond(s)
 		return
 	}
+	ch.async.Add(1)
+	if ch.nx.sess.Start(c) {
+		return // asyncDone follows
+	}
+	ch.async.Done()
 	ch.nx.sess.Execute(c)
-	if c.Aborted {
+	ch.executed(s)
+}
+
+// asyncDone ends a command scsi.Session.Start ran (on the disk's
+// goroutine, or on the caller of Start).
+func (ch *channel) asyncDone(s *slot) {
+	ch.executed(s)
+	ch.async.Done()
+}
+
+// executed answers a command that completed.
+func (ch *channel) executed(s *slot) {
+	if s.R.cmd.Aborted {
 		ch.silent(s)
 		return
 	}
