@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -113,7 +114,10 @@ type asyncEngine struct {
 	waiting   ioQueue       // started while every slot was busy
 	pending   uint32        // published submissions no io_uring_enter took yet
 	efd       *os.File      // eventfd the ring signals per completion, read in the netpoller
+	kick      chan struct{} // wakes the reaper (capacity 1)
 	reaperEnd chan struct{} // closed when the reaper returned
+	wakerEnd  chan struct{} // closed when the eventfd reader returned
+	stopWaker atomic.Bool
 
 	syncQ       ioQueue // operations for the sync workers
 	syncStarted bool
@@ -176,8 +180,11 @@ func newAsyncEngine(d *fdDisk, noURing bool, log *slog.Logger, runSync func(*Asy
 		for i := range e.free {
 			e.free[i] = int32(len(e.free) - 1 - i)
 		}
+		e.kick = make(chan struct{}, 1)
 		e.reaperEnd = make(chan struct{})
+		e.wakerEnd = make(chan struct{})
 		go e.reap()
+		go e.wake()
 	}
 	if e.path == IOPathURing {
 		log.Info("backstore: disk I/O path", "disk", d.name, "io_path", e.path.String(), "ring_entries", len(e.slots), "direct", d.direct)
@@ -343,6 +350,38 @@ func (e *asyncEngine) submitUnlock() {
 	e.mu.Unlock()
 	if n > 0 {
 		e.enter(n)
+		if e.ring.CQReady() {
+			// Done during the submission (a buffered read from the
+			// page cache): wake the reaper now, on this P, rather
+			// than through the eventfd and the netpoller.
+			e.kickReaper()
+		}
+	}
+}
+
+// kickReaper wakes the reaper if it is not awake already.
+func (e *asyncEngine) kickReaper() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// wake reads the eventfd the kernel signals per completion (parked in the
+// netpoller meanwhile, without a thread) and wakes the reaper, until stop.
+func (e *asyncEngine) wake() {
+	defer close(e.wakerEnd)
+	var buf [8]byte
+	for {
+		_, err := e.efd.Read(buf[:])
+		if e.stopWaker.Load() {
+			return
+		}
+		if err != nil {
+			slog.Error("backstore: reading the io_uring eventfd", "disk", e.d.name, "err", err)
+			time.Sleep(time.Millisecond)
+		}
+		e.kickReaper()
 	}
 }
 
@@ -382,12 +421,12 @@ func min64(a, b int64) int64 {
 }
 
 // reap is the ring's completion goroutine: it handles every completion
-// in the ring, then waits for the eventfd the kernel signals per
-// completion, in Go's netpoller (no thread or P held while it waits).
-// It returns once the engine is closed with nothing in flight.
+// in the ring, then sleeps until kicked, by wake (the eventfd the kernel
+// signals per completion) or by a submitter that saw a completion
+// already in the ring. It returns once the engine is closed with nothing
+// in flight.
 func (e *asyncEngine) reap() {
 	defer close(e.reaperEnd)
-	var buf [8]byte
 	for {
 		for {
 			if e.ring.Overflowed() {
@@ -418,10 +457,7 @@ func (e *asyncEngine) reap() {
 		if exit {
 			return
 		}
-		if _, err := e.efd.Read(buf[:]); err != nil {
-			slog.Error("backstore: reading the io_uring eventfd", "disk", e.d.name, "err", err)
-			time.Sleep(time.Millisecond)
-		}
+		<-e.kick
 	}
 }
 
@@ -597,12 +633,16 @@ func (e *asyncEngine) stop() bool {
 	e.work.Broadcast()
 	e.mu.Unlock()
 	if e.ring != nil {
-		// Wake the reaper, which sees the engine closed and idle.
+		// Wake the reaper, which sees the engine closed and idle, then
+		// the eventfd reader.
+		e.kickReaper()
+		<-e.reaperEnd
+		e.stopWaker.Store(true)
 		one := [8]byte{1}
 		if _, err := e.efd.Write(one[:]); err != nil {
-			slog.Error("backstore: waking the io_uring reaper", "disk", e.d.name, "err", err)
+			slog.Error("backstore: waking the io_uring eventfd reader", "disk", e.d.name, "err", err)
 		}
-		<-e.reaperEnd
+		<-e.wakerEnd
 		e.ring.Close()
 		e.efd.Close()
 	}

@@ -356,3 +356,9 @@ func (r *Ring) RegisterEventfd(efd int) error {
 	}
 	return nil
 }
+
+// CQReady reports whether completions wait in the completion ring. It may
+// be called from any goroutine (it only loads the head and tail).
+func (r *Ring) CQReady() bool {
+	return atomic.LoadUint32(r.cqTail) != atomic.LoadUint32(r.cqHead)
+}
