@@ -56,9 +56,17 @@ type AsyncIO struct {
 
 // AsyncDisk is implemented by disks that keep many operations in flight
 // without a goroutine or thread each (network block stores: Ceph RBD
-// through librbd's aio API). A transport that sees it starts its I/O with
-// Start instead of running the synchronous methods on its workers, so one
-// queue keeps its whole depth in flight.
+// through librbd's aio API; files and block devices through io_uring). A
+// transport that sees it starts its I/O with Start instead of running the
+// synchronous methods on its workers, so one queue keeps its whole depth
+// in flight.
+//
+// A disk that is also a NoWaitReader (a buffered File) serves cached reads
+// fastest with ReadAtNoWait on the transport's own goroutine: Start must
+// hand every completion to a goroutine of the disk, ReadAtNoWait answers
+// at once. A transport should try ReadAtNoWait first and Start only the
+// reads it declines. Every synchronous method stays usable alongside
+// Start.
 type AsyncDisk interface {
 	Disk
 	// Start begins io. It returns an error, without calling Done, when

@@ -45,6 +45,9 @@ type Spec struct {
 	Buffered bool `json:"buffered,omitempty"`
 	// Shared opens a block device without O_EXCL (block).
 	Shared bool `json:"shared,omitempty"`
+	// NoURing runs a file's or block device's asynchronous operations on
+	// the sync path instead of io_uring (file, block); see IOPath.
+	NoURing bool `json:"no_uring,omitempty"`
 }
 
 // Open opens the disk that s describes. The caller closes it.
@@ -73,14 +76,14 @@ func Open(s Spec) (Disk, error) {
 		return n, nil
 	case KindFile:
 		f, err := OpenFile(s.Path, FileOptions{
-			BlockSize: bs, Size: s.Size, Create: s.Create, Perm: s.Perm, ReadOnly: s.ReadOnly, Direct: s.Direct,
+			BlockSize: bs, Size: s.Size, Create: s.Create, Perm: s.Perm, ReadOnly: s.ReadOnly, Direct: s.Direct, NoURing: s.NoURing,
 		})
 		if err != nil {
 			return nil, err // not a typed nil in the interface
 		}
 		return f, nil
 	case KindBlock:
-		b, err := OpenBlock(s.Path, BlockOptions{BlockSize: bs, ReadOnly: s.ReadOnly, Buffered: s.Buffered, Shared: s.Shared})
+		b, err := OpenBlock(s.Path, BlockOptions{BlockSize: bs, ReadOnly: s.ReadOnly, Buffered: s.Buffered, Shared: s.Shared, NoURing: s.NoURing})
 		if err != nil {
 			return nil, err
 		}

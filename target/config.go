@@ -464,10 +464,10 @@ func openDevice(path string, blockSize int, readOnly bool, log *slog.Logger) (ba
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	if fi.Mode()&os.ModeDevice != 0 {
-		return backstore.OpenBlock(path, backstore.BlockOptions{BlockSize: blockSize, ReadOnly: readOnly})
+		return backstore.OpenBlock(path, backstore.BlockOptions{BlockSize: blockSize, ReadOnly: readOnly, Log: log})
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s is neither a block device nor a regular file", path)
 	}
-	return backstore.OpenFile(path, backstore.FileOptions{BlockSize: blockSize, ReadOnly: readOnly})
+	return backstore.OpenFile(path, backstore.FileOptions{BlockSize: blockSize, ReadOnly: readOnly, Log: log})
 }
