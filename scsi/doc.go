@@ -11,7 +11,12 @@
 // target port and the protocol identifier), passes each command to
 // Session.Execute and each task management request to
 // Session.TaskManagement, and closes the session on logout or connection
-// loss. Commands to unmapped LUNs are answered as SPC-4 asks (INQUIRY with
+// loss. On a backstore.AsyncDisk, Session.Start begins READ, WRITE and
+// SYNCHRONIZE CACHE without waiting for the disk and completes them through
+// Command.Done; a transport that can send from any memory sets
+// Command.Views so that reads of a RAM disk answer from its memory without
+// a copy (held until Command.Release; COMPARE AND WRITE, ORWRITE and WRITE
+// ATOMIC wait for that, so a read never sends half of one). Commands to unmapped LUNs are answered as SPC-4 asks (INQUIRY with
 // peripheral qualifier 011b, REPORT LUNS, LOGICAL UNIT NOT SUPPORTED).
 //
 // A session may see a LUN map of its own, a LUNView (SessionConfig.View,

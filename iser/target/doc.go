@@ -50,8 +50,14 @@
 // CmdSN order (ahead-of-window commands are held, duplicates and
 // out-of-window ones ignored, as RFC 7143 section 4.2.2.1 says); MaxCmdSN
 // advances as slots free. Commands on disks that never block (RAM, null)
-// run on the connection's receive loop; others on Config.Workers worker
-// goroutines per connection.
+// run on the connection's receive loop; READ, WRITE and SYNCHRONIZE CACHE
+// on a backstore.AsyncDisk are started there (scsi.Session.Start) and
+// answered from the disk's completion; others run on Config.Workers worker
+// goroutines per connection (COMPARE AND WRITE and its kind always do:
+// they may wait for zero-copy reads). Over iSER, reads of a RAM disk go
+// from the disk's memory straight into the data-in RDMA Write through the
+// implicit MR (scsi.Command.Views), held until the response's send
+// completes.
 //
 // iSCSI/TCP: immediate data, unsolicited Data-Out (InitialR2T=No up to
 // FirstBurstLength) and R2Ts of at most MaxBurstLength (one outstanding)

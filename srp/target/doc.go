@@ -69,6 +69,12 @@
 //
 // One goroutine per channel polls its CQ, parses IUs and posts RDMA
 // operations; commands on disks that never block (RAM, null) run there,
-// others on Config.Workers goroutines per channel. Target and Port methods
-// are safe for concurrent use.
+// READ, WRITE and SYNCHRONIZE CACHE on a backstore.AsyncDisk are started
+// there (scsi.Session.Start) and answered from the disk's completion,
+// others run on Config.Workers goroutines per channel (COMPARE AND WRITE
+// and its kind always do: they may wait for zero-copy reads). Reads of a
+// RAM disk into one data descriptor go from the disk's memory straight
+// into the RDMA Write through the implicit MR (scsi.Command.Views), held
+// until the response's send completes. Target and Port methods are safe
+// for concurrent use.
 package target
