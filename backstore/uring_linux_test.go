@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ioPaths are the two ways Start runs, each test runs on both: the
@@ -707,4 +709,77 @@ func BenchmarkAsyncQD(b *testing.B) {
 			})
 		}
 	}
+}
+
+// TestCompletionResult maps completion results as the reaper does: EINTR
+// and EAGAIN resubmit, a FUA write the kernel refuses RWF_DSYNC for is
+// sent again as a write plus fdatasync, other errnos are the operation's
+// error, and a flush's 0 is success.
+func TestCompletionResult(t *testing.T) {
+	t.Parallel()
+	e := &asyncEngine{d: &fdDisk{name: "test"}}
+	read := &AsyncIO{Op: AsyncRead}
+	fua := &AsyncIO{Op: AsyncWrite, Flags: FUA}
+	flush := &AsyncIO{Op: AsyncFlush}
+	for _, c := range []struct {
+		name string
+		io   *AsyncIO
+		res  int32
+		want error
+	}{
+		{"eintr", read, -int32(unix.EINTR), errAgain},
+		{"eagain", read, -int32(unix.EAGAIN), errAgain},
+		{"eio", read, -int32(unix.EIO), unix.EIO},
+		{"enospc", fua, -int32(unix.ENOSPC), unix.ENOSPC},
+		{"flush", flush, 0, nil},
+		{"flush eio", flush, -int32(unix.EIO), unix.EIO},
+		{"read whole", read, 4096, nil},
+	} {
+		s := uslot{io: c.io, total: 4096}
+		if got := e.result(&s, c.res); got != c.want {
+			t.Errorf("%s: result(%d) = %v, want %v", c.name, c.res, got, c.want)
+		}
+	}
+	s := uslot{io: fua, total: 4096, dsync: true}
+	if got := e.result(&s, -int32(unix.EOPNOTSUPP)); got != errAgain || s.dsync || !e.d.noDsync.Load() {
+		t.Fatalf("FUA write without RWF_DSYNC: %v, dsync %v, noDsync %v; want a resubmission as a plain write", got, s.dsync, e.d.noDsync.Load())
+	}
+	if got := e.result(&s, 4096); got != errAgain || s.stage != stageFsync {
+		t.Fatalf("after the plain write: %v, stage %d; want the fdatasync stage", got, s.stage)
+	}
+	if got := e.result(&s, 0); got != nil {
+		t.Fatalf("after the fdatasync: %v", got)
+	}
+}
+
+// FuzzCompletionResult feeds arbitrary completion results (negative
+// errnos included) to a read or a FUA write: no panic, bytes done within
+// the total, and a finished operation has all its bytes.
+func FuzzCompletionResult(f *testing.F) {
+	f.Add(int64(8192), int32(4096), int32(4096), int32(0), true)
+	f.Add(int64(4096), int32(-4), int32(-11), int32(-95), false)
+	f.Add(int64(4096), int32(-95), int32(4096), int32(0), true)
+	f.Fuzz(func(t *testing.T, total int64, r1, r2, r3 int32, write bool) {
+		if total < 0 || total > 1<<30 {
+			return
+		}
+		e := &asyncEngine{d: &fdDisk{name: "fuzz"}}
+		io := &AsyncIO{Op: AsyncRead}
+		if write {
+			io = &AsyncIO{Op: AsyncWrite, Flags: FUA}
+		}
+		s := uslot{io: io, total: total, dsync: write}
+		for _, r := range []int32{r1, r2, r3} {
+			err := e.result(&s, r)
+			if s.done < 0 || s.done > s.total {
+				t.Fatalf("done %d of %d", s.done, s.total)
+			}
+			if err == nil && s.done != s.total {
+				t.Fatalf("finished with %d of %d bytes", s.done, s.total)
+			}
+			if err != errAgain {
+				return
+			}
+		}
+	})
 }
