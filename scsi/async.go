@@ -1,21 +1,24 @@
 package scsi
 
 import (
+	"encoding/binary"
+
 	"github.com/rdisk/rdisk/backstore"
 )
 
 // Commands on asynchronous disks (backstore.AsyncDisk: a Ceph RBD image, a
 // file or block device on io_uring). READ and WRITE(6/10/12/16) and
 // SYNCHRONIZE CACHE(10/16) are started with AsyncDisk.Start and complete
-// on the disk's goroutine, so a transport keeps its whole queue depth in
+// on the disk's goroutine, and so does UNMAP, one AsyncDiscard per block
+// descriptor in turn, so a transport keeps its whole queue depth in
 // flight without a worker goroutine per command. The command keeps its
 // place in the task set (task attributes, aborts, LUN RESET) and its
 // range lock (COMPARE AND WRITE) until the disk is done, exactly as if
 // Execute had been waiting for it.
 
 // CanStart reports whether Start would take c: the LUN reaches an LU
-// whose disk is a backstore.AsyncDisk and c is a READ, WRITE or
-// SYNCHRONIZE CACHE that is not ORDERED. It looks at nothing else and
+// whose disk is a backstore.AsyncDisk and c is a READ, WRITE, SYNCHRONIZE
+// CACHE or UNMAP that is not ORDERED. It looks at nothing else and
 // changes nothing; transports ask it to decide where to run c (Start on
 // their own goroutine, or Execute on a worker).
 func (s *Session) CanStart(c *Command) bool {
@@ -23,7 +26,7 @@ func (s *Session) CanStart(c *Command) bool {
 		return false
 	}
 	switch c.CDB[0] {
-	case OpRead6, OpRead10, OpRead12, OpRead16, OpWrite6, OpWrite10, OpWrite12, OpWrite16, OpSyncCache10, OpSyncCache16:
+	case OpRead6, OpRead10, OpRead12, OpRead16, OpWrite6, OpWrite10, OpWrite12, OpWrite16, OpSyncCache10, OpSyncCache16, OpUnmap:
 	default:
 		return false
 	}
@@ -115,6 +118,40 @@ func (lu *LU) startIO(c *Command, d *cmdDesc, b cdb, it *itl, pass gatePass) boo
 		c.aioBufs[0] = c.DataIn[:n]
 		io.Op, io.Off, io.Bufs = backstore.AsyncRead, int64(f.lba<<lu.shift), c.aioBufs[:]
 		c.aioWrite = false
+	case OpUnmap:
+		if b[1]&0x01 != 0 {
+			c.fail(invalidCDB(1, 0)) // ANCHOR: ANC_SUP is clear
+			return false
+		}
+		plen := int(b.u16(7))
+		c.need = uint64(plen)
+		if plen == 0 {
+			return false
+		}
+		data := c.outData()
+		list := data[:min(len(data), plen)]
+		c.xfer = uint64(len(list))
+		descs, si, ok := parseUnmap(list, lu.blocks.Load())
+		if !ok {
+			c.fail(si)
+			return false
+		}
+		if !lu.checkWritable(c) {
+			return false
+		}
+		lo, hi := descs.span()
+		if lo == hi {
+			return false
+		}
+		lm = lu.ranges.lockShared(c, lo, hi)
+		if lm == lockNone {
+			return false
+		}
+		c.aioUnmap = descs
+		io.Op, io.Bufs = backstore.AsyncDiscard, nil
+		c.nextDiscard() // span found a descriptor with blocks
+		f.lba = uint64(io.Off) >> lu.shift
+		c.aioWrite = true
 	default: // WRITE(6/10/12/16)
 		if !lu.checkRW(c, f, true) || !lu.checkWritable(c) {
 			return false
@@ -136,6 +173,7 @@ func (lu *LU) startIO(c *Command, d *cmdDesc, b cdb, it *itl, pass gatePass) boo
 		io.Done = c.asyncDone // once per Command, not per I/O
 	}
 	if err := lu.async.Start(io); err != nil {
+		c.aioUnmap = nil
 		lu.ranges.unlock(c, lm)
 		c.fail(lu.ioSense(err, c.aioWrite, f.lba))
 		return false
@@ -147,6 +185,17 @@ func (lu *LU) startIO(c *Command, d *cmdDesc, b cdb, it *itl, pass gatePass) boo
 // goroutine).
 func (c *Command) asyncDone(io *backstore.AsyncIO) {
 	lu := c.lu
+	if io.Op == backstore.AsyncDiscard && io.Err == nil && c.nextDiscard() {
+		// The next block descriptor, with the same io (the AsyncDisk
+		// contract allows it from Done).
+		c.aioLBA = uint64(io.Off) >> lu.shift
+		err := lu.async.Start(io)
+		if err == nil {
+			return
+		}
+		io.Err = err
+	}
+	c.aioUnmap = nil
 	lu.ranges.unlock(c, c.aioLock)
 	switch {
 	case io.Err != nil:
@@ -161,4 +210,21 @@ func (c *Command) asyncDone(io *backstore.AsyncIO) {
 	c.aioBufs[0] = nil
 	lu.end(c, c.aioPass)
 	c.complete()
+}
+
+// nextDiscard points c.aio at the next UNMAP block descriptor with blocks
+// and consumes it; false when none is left.
+func (c *Command) nextDiscard() bool {
+	for len(c.aioUnmap) >= 16 {
+		d := c.aioUnmap[:16]
+		c.aioUnmap = c.aioUnmap[16:]
+		lba := binary.BigEndian.Uint64(d)
+		n := int64(binary.BigEndian.Uint32(d[8:]))
+		if n == 0 {
+			continue
+		}
+		c.aio.Off, c.aio.Len = int64(lba<<c.lu.shift), n<<c.lu.shift
+		return true
+	}
+	return false
 }

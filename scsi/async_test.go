@@ -67,6 +67,8 @@ func (d *asyncDisk) do(io *backstore.AsyncIO) {
 		io.Err = d.Mem.WriteAt(io.Bufs[0], io.Off, io.Flags)
 	case backstore.AsyncFlush:
 		io.Err = d.Mem.Flush()
+	case backstore.AsyncDiscard:
+		io.Err = d.Mem.Discard(io.Off, io.Len)
 	}
 	d.inflight.Add(-1)
 	io.Done(io)
@@ -240,5 +242,42 @@ func TestStartNoAllocations(t *testing.T) {
 			t.Errorf("%s: %.1f allocations per command", tc.name, n)
 		}
 		good(t, c)
+	}
+}
+
+// TestStartUnmap: UNMAP begun with Start discards every block descriptor
+// in turn (one AsyncDiscard each, started again from Done) and completes
+// once; the blocks read back as zeroes.
+func TestStartUnmap(t *testing.T) {
+	t.Parallel()
+	d := newAsyncDisk(t)
+	f := newFixture(t, d, LUConfig{})
+	if !f.lu.thin() {
+		t.Skip("the RAM disk does not deallocate")
+	}
+	good(t, out(f.s1, rw10(OpWrite10, 0, 64, 0), pattern(64*testBS, 5)))
+	params := unmapParams([2]uint64{2, 3}, [2]uint64{9, 0}, [2]uint64{20, 8}, [2]uint64{40, 1})
+	before := d.started.Load()
+	c := &Command{CDB: unmapCDB(uint16(len(params))), Dir: DirOut, ExpectedLength: uint32(len(params)), DataOut: params,
+		Sense: make([]byte, SenseBufferLen)}
+	good(t, <-startAll(t, f.s1, []*Command{c}))
+	if n := d.started.Load() - before; n != 3 {
+		t.Errorf("%d discards started, want 3 (the descriptors with blocks)", n)
+	}
+	got := data(in(f.s1, rw10(OpRead10, 0, 64, 0), 64*testBS))
+	want := pattern(64*testBS, 5)
+	for _, r := range [][2]int{{2, 3}, {20, 8}, {40, 1}} {
+		clear(want[r[0]*testBS : (r[0]+r[1])*testBS])
+	}
+	if !bytes.Equal(got, want) {
+		t.Error("blocks after UNMAP differ from the ranges deallocated")
+	}
+	// A bad descriptor fails before anything is discarded.
+	bad := unmapParams([2]uint64{0, 1}, [2]uint64{testBlocks, 1})
+	before = d.started.Load()
+	c = &Command{CDB: unmapCDB(uint16(len(bad))), Dir: DirOut, ExpectedLength: uint32(len(bad)), DataOut: bad, Sense: make([]byte, SenseBufferLen)}
+	expect(t, <-startAll(t, f.s1, []*Command{c}), KeyIllegalRequest, ASCLBAOutOfRange)
+	if d.started.Load() != before {
+		t.Error("a discard started for an UNMAP that failed its checks")
 	}
 }

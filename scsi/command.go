@@ -214,6 +214,7 @@ type Command struct {
 	aioPass  gatePass
 	aioLBA   uint64
 	aioWrite bool
+	aioUnmap unmapList // UNMAP: the block descriptors still to discard
 }
 
 // Release ends the command's hold on the disk memory in Views (see
