@@ -79,13 +79,21 @@ func dialISER(ctx context.Context, addr string, lcfg *iser.InitiatorConfig, cfg 
 		return nil, err
 	}
 	pd := make([]byte, iser.ISERCMSize)
-	iser.ISERCM{Flags: iser.ISERZBVANotSupported}.Encode(pd)
+	flags := iser.ISERZBVANotSupported
+	noInv := rdma.CapsOf(p).NoRemoteInvalidate
+	if noInv {
+		// The provider's keys cannot be invalidated by the target's
+		// Send with Invalidate (verbs over RoCE: emulated fast
+		// registration): ask for plain Sends.
+		flags |= iser.ISERSendWithInvNotSupported
+	}
+	iser.ISERCM{Flags: flags}.Encode(pd)
 	reply, err := l.q.Connect(ctx, addr, rdma.ConnParam{PrivateData: pd, ResponderResources: 16, InitiatorDepth: 0})
 	if err != nil {
 		return nil, fmt.Errorf("iser: connecting to %s: %w", addr, err)
 	}
 	acc, _ := iser.ParseISERCM(reply)
-	l.sendInv = acc.Flags&iser.ISERTSendWithInvNotUsed == 0
+	l.sendInv = acc.Flags&iser.ISERTSendWithInvNotUsed == 0 && !noInv
 	l.q.Start()
 	// The login runs on the completion goroutine: a Login Request now,
 	// the next one from each response.

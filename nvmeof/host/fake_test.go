@@ -541,3 +541,54 @@ func TestFakeWriteZeroesNullSGL(t *testing.T) {
 		t.Errorf("write zeroes DPTR % x: want a zero-length keyed descriptor (0x40)", d)
 	}
 }
+
+// noRemoteInvProvider declares that the peer cannot invalidate its keys
+// (rdma.Caps.NoRemoteInvalidate), as the verbs provider does over RoCE.
+type noRemoteInvProvider struct{ rdma.Provider }
+
+func (noRemoteInvProvider) Caps() rdma.Caps { return rdma.Caps{NoRemoteInvalidate: true} }
+
+// TestFakeNoRemoteInvalidate: over a provider whose keys the peer cannot
+// invalidate, the host exposes its buffers with plain keyed SGLs (no
+// Invalidate), and reads answered with plain Sends complete and the slot's
+// key is invalidated locally (the next reads map it again).
+func TestFakeNoRemoteInvalidate(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var ids []uint8
+	f := startFake(t, func(f *fakeCtrl) {
+		f.io = func(q *fakeQueue, sqe nvmeof.SQE, kind nvmeof.CommandKind) {
+			mu.Lock()
+			ids = append(ids, sqe.DPTR().Identifier())
+			mu.Unlock()
+			q.respond(sqe.CID(), 0, 0, 0)
+		}
+	})
+	ns, err := Open(context.Background(), noRemoteInvProvider{f.p}, URL{Host: "127.0.0.1", Port: mustPort(t, f.addr), SubNQN: fakeNQN}, fakeHostConfig())
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	buf, _ := ns.AllocBuffer(4096)
+	ch := make(chan *blockdev.Request, 1)
+	for i := range 20 { // more than the queue's 8 slots: each key is mapped again
+		if err := ns.Submit(&blockdev.Request{Op: blockdev.OpRead, Offset: int64(i) * 4096, Length: 4096, Buf: buf, C: ch}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-ch:
+			if r.Err != nil {
+				t.Fatalf("read %d: %v", i, r.Err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no completion")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, id := range ids {
+		if id != nvmeof.SGLKeyed {
+			t.Fatalf("command %d: SGL identifier %#x, want %#x (keyed, no Invalidate)", i, id, nvmeof.SGLKeyed)
+		}
+	}
+}

@@ -98,6 +98,20 @@ func newRDMAQueue(c *Controller, qid uint16, nslots, entries, fmrLen int, aer bo
 	return q, nil
 }
 
+// keyedSGL is the descriptor of a buffer the host exposes under a key:
+// with Invalidate (the target invalidates the key with its Send with
+// Invalidate), unless the provider cannot have its keys invalidated by
+// the peer (rdma.Caps.NoRemoteInvalidate: verbs over RoCE, whose emulated
+// fast-registration keys are user MRs; the receive would fail with
+// remote invalid request): then plain keyed, and the key is invalidated
+// locally once the response came.
+func (q *rdmaQueue) keyedSGL() uint8 {
+	if rdma.CapsOf(q.c.prov).NoRemoteInvalidate {
+		return nvmeof.SGLKeyed
+	}
+	return nvmeof.SGLKeyedInvalidate
+}
+
 // connect runs the RDMA connection manager exchange for the queue and starts
 // its completion goroutine.
 func (q *rdmaQueue) connect(ctx context.Context, addr string) error {
@@ -233,7 +247,7 @@ func (q *rdmaQueue) exec(ctx context.Context, name string, data []byte, dir nvme
 			q.putFree(s)
 			return 0, fmt.Errorf("nvme %s: %w", name, err)
 		}
-		dptr = nvmeof.SGLFields{Identifier: nvmeof.SGLKeyedInvalidate, Address: va, Length: uint32(len(data)), Key: rkey}
+		dptr = nvmeof.SGLFields{Identifier: q.keyedSGL(), Address: va, Length: uint32(len(data)), Key: rkey}
 	}
 	encode(x.sqe, dptr)
 	if len(data) == 0 {
@@ -294,7 +308,7 @@ func (q *rdmaQueue) submit(ns *Namespace, r *blockdev.Request, buf *rdmaq.Buffer
 				q.putFree(s)
 				return fmt.Errorf("nvme %s: mapping the buffer: %w", x.name, err)
 			}
-			dptr = nvmeof.SGLFields{Identifier: nvmeof.SGLKeyedInvalidate, Address: va, Length: uint32(r.Length), Key: rkey}
+			dptr = nvmeof.SGLFields{Identifier: q.keyedSGL(), Address: va, Length: uint32(r.Length), Key: rkey}
 		}
 		ns.encodeRW(x, r, dptr)
 	case blockdev.OpFlush:
@@ -314,7 +328,7 @@ func (q *rdmaQueue) submit(ns *Namespace, r *blockdev.Request, buf *rdmaq.Buffer
 				q.putFree(s)
 				return fmt.Errorf("nvme %s: mapping the range: %w", x.name, err)
 			}
-			dptr = nvmeof.SGLFields{Identifier: nvmeof.SGLKeyedInvalidate, Address: va, Length: nvmeof.DSMRangeSize, Key: rkey}
+			dptr = nvmeof.SGLFields{Identifier: q.keyedSGL(), Address: va, Length: nvmeof.DSMRangeSize, Key: rkey}
 		}
 		ns.encodeDSM(x, dptr)
 	}

@@ -30,6 +30,7 @@ func Run(t *testing.T, newProvider NewProvider) {
 		{"RDMAWrite", testWrite},
 		{"RDMARead", testRead},
 		{"ReadsAtFullORD", testReadsAtFullORD},
+		{"ResponderReadsAsymmetricIRD", testResponderReads},
 		{"FastRegSendWithInvalidate", testFastRegSendInv},
 		{"LocalInvalidate", testLocalInv},
 		{"ReadInvalidSTag", testReadInvalidSTag},
@@ -129,6 +130,11 @@ func Pair(t testing.TB, np func() rdma.Provider, cfg PairConfig) (client, server
 	case r := <-done:
 		// The connect failed before a request reached the listener.
 		t.Fatalf("connect to %s: %v (no connection request arrived)", ln.Addr(), r.err)
+	}
+	if cp := cfg.ClientParam; cp.ResponderResources > 0 && cp.InitiatorDepth > 0 &&
+		(req.ResponderResources() != cp.ResponderResources || req.InitiatorDepth() != cp.InitiatorDepth) {
+		t.Errorf("server got the initiator's IRD/ORD as %d/%d, it sent %d/%d",
+			req.ResponderResources(), req.InitiatorDepth(), cp.ResponderResources, cp.InitiatorDepth)
 	}
 	if !samePD(req.PrivateData(), cfg.ClientPD) {
 		t.Errorf("server got private data %x, want %x", req.PrivateData(), cfg.ClientPD)
@@ -531,6 +537,34 @@ func testReadsAtFullORD(t *testing.T, np NewProvider) {
 			t.Fatalf("read %d: %s (client QP: %v, server QP: %v)", wc.ID, wc.Status, c.QP.Err(), s.QP.Err())
 		}
 		done++
+	}
+}
+
+// testResponderReads connects with an initiator offering IRD 4 and ORD 1,
+// as a storage host does (the target reads from it, it reads little): the
+// responder sees those values, and its Reads towards the initiator run
+// 4 deep.
+func testResponderReads(t *testing.T, np NewProvider) {
+	c, s := Pair(t, prov(t, np), PairConfig{BufSize: 1 << 20,
+		ClientParam: rdma.ConnParam{ResponderResources: 4, InitiatorDepth: 1}})
+	fill(c.Buf, 12)
+	publish(c)
+	const n, size = 64, 64 << 10
+	for i := 0; i < n; i++ {
+		off := (i % 8) * size
+		if err := s.QP.PostSend(&rdma.SendWR{ID: uint64(i), Op: rdma.OpRDMARead, Flags: rdma.Signaled,
+			SGL: []rdma.SGE{{MR: s.MR, Offset: off, Length: size}}, RemoteAddr: c.MR.VA() + uint64(off), RemoteKey: c.MR.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		if i >= 4 {
+			expect(t, WaitWC(t, s.SendCQ), rdma.OpRDMARead, rdma.StatusSuccess)
+		}
+	}
+	for i := 0; i < 4; i++ {
+		expect(t, WaitWC(t, s.SendCQ), rdma.OpRDMARead, rdma.StatusSuccess)
+	}
+	if !bytes.Equal(s.Buf[:8*size], c.Buf[:8*size]) {
+		t.Fatal("responder's Reads: data differs")
 	}
 }
 

@@ -76,7 +76,12 @@ func (l *listener) Accept(ctx context.Context) (rdma.ConnRequest, error) {
 				continue
 			}
 			c := l.p.idOf(e.req)
-			r := &connReq{p: l.p, c: c, priv: e.priv, rr: e.rr, id: e.id, laddr: c.addr(false), raddr: c.addr(true)}
+			// rdma_cm hands the passive side the initiator's values
+			// swapped, as the ones to answer with (cm.c
+			// cm_format_req_event, cma.c cma_iw_handler): the event's
+			// responder_resources is the initiator's ORD, its
+			// initiator_depth the initiator's IRD.
+			r := &connReq{p: l.p, c: c, priv: e.priv, rr: e.id, id: e.rr, laddr: c.addr(false), raddr: c.addr(true)}
 			if v := C.rd_id_verbs(e.req); v != l.p.dev.ctx {
 				l.p.log.Warn("verbs: connection request on another RDMA device rejected", "from", r.raddr)
 				r.Reject(nil)
@@ -111,7 +116,7 @@ type connReq struct {
 	p        *Provider
 	c        *cmID
 	priv     []byte
-	rr, id   int
+	rr, id   int // the initiator's IRD and ORD
 	laddr    net.Addr
 	raddr    net.Addr
 	answered bool

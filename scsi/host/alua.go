@@ -207,9 +207,25 @@ func ReadTargetPortGroups(ctx context.Context, r Runner, lun uint64) (TargetPort
 			}
 			return TargetPortGroups{}, err
 		}
-		t, err := ParseTargetPortGroups(c.DataIn())
+		in := c.DataIn()
+		t, err := ParseTargetPortGroups(in)
 		if err != nil {
 			return t, err
+		}
+		used := 8
+		for _, g := range t.Groups {
+			used += 8 + 4*len(g.Ports)
+		}
+		if ext && t.Extended && len(in) < alloc && used < len(in) {
+			// Bytes left that hold no whole descriptor, in a transfer
+			// our allocation did not cut: LIO
+			// (target_emulate_report_target_port_groups) counts only
+			// the descriptors in RETURN DATA LENGTH and, in the
+			// extended format too, transfers that many bytes + 4, so
+			// the last 4 (the last group's last port) never come. The
+			// length format's transfer is whole: ask for it.
+			ext = false
+			continue
 		}
 		if t.Length > uint64(alloc) && alloc < maxRTPGLen {
 			alloc = int(min(t.Length, maxRTPGLen))

@@ -180,6 +180,19 @@ func TestPathRefresh(t *testing.T) {
 	if st, err := p.Refresh(ctx); err != nil || st != blockdev.AccessInaccessible {
 		t.Errorf("Refresh without the extended header: %v %v", st, err)
 	}
+	// LIO's extended format: RETURN DATA LENGTH counts the descriptors
+	// only, and only that + 4 bytes are transferred, cutting off the last
+	// port (seen over ib_srpt): the length format is asked, which LIO
+	// transfers whole.
+	f.cdbs = nil
+	lioExt := unhex(t, "0000000c 10 00 0000 80 cf 0014 00 00 00 01 00000002")
+	pages["a32a00"] = lioExt[:len(lioExt)-4]
+	pages["a30a00"] = unhex(t, "0000000c 80 cf 0014 00 00 00 01 00000002")
+	if st, err := p.Refresh(ctx); err != nil || st != blockdev.AccessOptimized || len(f.cdbs) != 3 {
+		t.Errorf("Refresh against LIO's short extended RTPG: %v %v, CDBs %v", st, err, f.cdbs)
+	}
+	delete(pages, "a32a00")
+	pages["a30a00"] = unhex(t, rtpgLen)
 	// Offline: the target refuses even INQUIRY with 04h/12h.
 	f.fail = map[byte]scsi.SenseKey{}
 	off := &offlineLU{}

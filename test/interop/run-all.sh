@@ -32,6 +32,12 @@
 # (the guest script checks the target's descriptor counters in these two)
 #   nvme-multipath        run-nvme-multipath.sh (Linux native NVMe multipath over
 #                         two rdisk gateways with ANA groups; nvme-tcp)
+#   verbs-conformance     run-verbs-conformance.sh (the rdma conformance suite on
+#                         the cgo verbs provider, over rxe and siw)
+#   verbs-cross           run-verbs-cross.sh (rdisk target on verbs/siw <- rdisk
+#                         host tools on the pure-Go iWARP provider, and the reverse)
+#   verbs-rxe             run-verbs-rxe.sh (rdisk on verbs/rxe against the kernel's
+#                         nvme-rdma, nvmet-rdma, ib_srp, ib_srpt, ib_iser, isert)
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 LAB=${LAB:-../shared/lab}
@@ -70,8 +76,11 @@ run() {
   echo "=== $name: ${*:+$* }$script"
   t0=$SECONDS
   # The runs' own settings only: unset what selects a variant.
-  env -u NVME_BACKING -u NVME_TRANSPORT -u NVME_DIGEST -u NVME_HOST_TRANSPORT -u NVME_HOST_DIGEST -u SRP_MODPARAMS -u SRP_EXTRA RPING_LOG="$dir/$name.log" NVME_LOG="$dir/$name.log" NVME_HOST_LOG="$dir/$name.log" \
-    ISER_LOG="$dir/$name.log" SRP_LOG="$dir/$name.log" MPATH_LOG="$dir/$name.log" "$@" \
+  env -u NVME_BACKING -u NVME_TRANSPORT -u NVME_DIGEST -u NVME_HOST_TRANSPORT -u NVME_HOST_DIGEST -u SRP_MODPARAMS -u SRP_EXTRA \
+    -u VERBS_ONLY -u VERBS_RUN -u VERBS_COUNT -u CROSS_ONLY -u CROSS_PROTO -u RXE_CELLS -u RXE_MB \
+    RPING_LOG="$dir/$name.log" NVME_LOG="$dir/$name.log" NVME_HOST_LOG="$dir/$name.log" \
+    ISER_LOG="$dir/$name.log" SRP_LOG="$dir/$name.log" MPATH_LOG="$dir/$name.log" \
+    VERBS_LOG="$dir/$name.log" CROSS_LOG="$dir/$name.log" RXE_LOG="$dir/$name.log" "$@" \
     "$ROOT/test/interop/$script" >"$dir/$name.out" 2>&1
   rc=$?
   t=$((SECONDS - t0))
@@ -108,6 +117,9 @@ run srp-linux run-srp-linux-initiator.sh
 run srp-linux-indirect run-srp-linux-initiator.sh "SRP_MODPARAMS=$indirect"
 run srp-linux-external run-srp-linux-initiator.sh "SRP_MODPARAMS=$external"
 run nvme-multipath run-nvme-multipath.sh
+run verbs-conformance run-verbs-conformance.sh
+run verbs-cross run-verbs-cross.sh
+run verbs-rxe run-verbs-rxe.sh
 total=$((SECONDS - t_all))
 echo
 echo "=== interop summary ==="
