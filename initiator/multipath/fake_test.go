@@ -40,6 +40,7 @@ type fakePath struct {
 	latency  time.Duration
 
 	access     atomic.Uint32
+	size       atomic.Int64 // a resize: the size Info reports, when set
 	mode       atomic.Int32
 	refreshErr atomic.Bool // RefreshAccessState fails while set (besides modeDown)
 	refreshes  atomic.Int64
@@ -122,7 +123,13 @@ func (b *fakeBuf) Release() error {
 	return nil
 }
 
-func (f *fakePath) Info() blockdev.Info { return f.info }
+func (f *fakePath) Info() blockdev.Info {
+	in := f.info
+	if s := f.size.Load(); s != 0 {
+		in.Size = s
+	}
+	return in
+}
 func (f *fakePath) DiskID() string      { return f.id }
 
 func (f *fakePath) AllocBuffer(n int) (blockdev.Buffer, error) {
@@ -148,7 +155,8 @@ func (f *fakePath) RefreshAccessState() (blockdev.AccessState, error) {
 var errFakeIO = fmt.Errorf("fake: medium error: %w", blockdev.ErrIO)
 
 func (f *fakePath) Submit(r *blockdev.Request) error {
-	if err := blockdev.Check(&f.info, r); err != nil {
+	in := f.Info()
+	if err := blockdev.Check(&in, r); err != nil {
 		return err
 	}
 	if r.Op == blockdev.OpRead || r.Op == blockdev.OpWrite {

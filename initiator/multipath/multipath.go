@@ -139,7 +139,11 @@ type Stats struct {
 type Device struct {
 	cfg  Config
 	log  *slog.Logger
-	info blockdev.Info
+	info blockdev.Info // as opened; Size is the paths' size then (see size)
+	// size is the disk's size as the paths last reported it: a resize
+	// reaches each path on its own (an NVMe AEN, a SCSI unit attention),
+	// and the device follows the smallest.
+	size atomic.Int64
 
 	paths atomic.Pointer[[]*path] // the selectable paths, copy on write under mu
 	rr    atomic.Uint32           // round robin: index of the last path taken
@@ -265,6 +269,7 @@ func New(cfg Config) (*Device, error) {
 		d.cfg.Name = cfg.Name
 	}
 	d.info.Name = cfg.Name
+	d.size.Store(d.info.Size)
 	d.paths.Store(&ps)
 	d.onDoneFn = d.onDone
 	n := d.info.Queues * d.info.QueueDepth
@@ -306,15 +311,40 @@ func (d *Device) sameDisk(name string, in blockdev.Info, id string) error {
 	if id != "" && d.diskID != "" && id != d.diskID {
 		return fmt.Errorf("multipath: path %q reaches disk %q, not %q", name, id, d.diskID)
 	}
-	if in.BlockSize != d.info.BlockSize || in.Size != d.info.Size {
+	size := d.size.Load()
+	if size == 0 { // during New
+		size = d.info.Size
+	}
+	if in.BlockSize != d.info.BlockSize || in.Size != size {
 		return fmt.Errorf("multipath: path %q is a %s disk in %d-byte blocks, not %s in %d", name,
-			units.FormatSize(in.Size), in.BlockSize, units.FormatSize(d.info.Size), d.info.BlockSize)
+			units.FormatSize(in.Size), in.BlockSize, units.FormatSize(size), d.info.BlockSize)
 	}
 	return nil
 }
 
-// Info implements blockdev.Device.
-func (d *Device) Info() blockdev.Info { return d.info }
+// Info implements blockdev.Device. Size is the smallest of the paths'
+// current sizes, so it follows a resize once every path has seen it.
+func (d *Device) Info() blockdev.Info {
+	in := d.info
+	in.Size = d.refreshSize()
+	return in
+}
+
+// refreshSize reads the paths' sizes and keeps the smallest; with no path
+// it keeps the last one.
+func (d *Device) refreshSize() int64 {
+	size := int64(0)
+	for _, p := range *d.paths.Load() {
+		if s := p.dev.Info().Size; s > 0 && (size == 0 || s < size) {
+			size = s
+		}
+	}
+	if size > 0 {
+		d.size.Store(size)
+		return size
+	}
+	return d.size.Load()
+}
 
 // DiskID implements blockdev.Identifier: the paths' common identity ("" if
 // none reports one).
@@ -364,7 +394,15 @@ func (d *Device) Usable() int {
 // holds QueueDepth requests. While no path is usable the request waits (and
 // Submit returns nil), up to the loss timeout.
 func (d *Device) Submit(r *blockdev.Request) error {
-	if err := blockdev.Check(&d.info, r); err != nil {
+	info := d.info
+	info.Size = d.size.Load()
+	err := blockdev.Check(&info, r)
+	if errors.Is(err, blockdev.ErrRange) {
+		// Beyond the size last seen: the disk may have grown since.
+		info.Size = d.refreshSize()
+		err = blockdev.Check(&info, r)
+	}
+	if err != nil {
 		return err
 	}
 	var b *mpBuffer
@@ -391,7 +429,6 @@ func (d *Device) Submit(r *blockdev.Request) error {
 	m := <-d.free // there is one per slot
 	m.outer, m.buf, m.slot, m.issued, m.err = r, b, q, time.Time{}, nil
 	d.inflight.Add(1)
-	var err error
 	if r.Op == blockdev.OpFlush {
 		err = d.startFlush(m)
 	} else {
