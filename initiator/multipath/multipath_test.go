@@ -735,3 +735,43 @@ func TestFlushErrorRetriedNextTime(t *testing.T) {
 		t.Errorf("flushes %v -> %v: want the next flush on a only", before, after)
 	}
 }
+
+// TestResize: the device follows a resize once every path reports it
+// (Info and Submit), and a path added after it must have the new size.
+func TestResize(t *testing.T) {
+	t.Parallel()
+	st := newStore(2 << 20)
+	a := newFake(t, st, "a", fakeOpts{size: 1 << 20, access: blockdev.AccessOptimized})
+	b := newFake(t, st, "b", fakeOpts{size: 1 << 20, access: blockdev.AccessOptimized})
+	d := newDev(t, Config{Name: "mp"}, a, b)
+	p := make([]byte, 512)
+	const beyond = 3 << 19 // 1.5 MiB
+	if _, err := blockdev.ReadAt(d, p, beyond); !errors.Is(err, blockdev.ErrRange) {
+		t.Fatalf("read beyond 1 MiB: %v; want ErrRange", err)
+	}
+	a.size.Store(2 << 20)
+	if got := d.Info().Size; got != 1<<20 {
+		t.Errorf("one path grown: size %d; want the smaller, %d", got, 1<<20)
+	}
+	if _, err := blockdev.ReadAt(d, p, beyond); !errors.Is(err, blockdev.ErrRange) {
+		t.Fatalf("read beyond 1 MiB with one path grown: %v; want ErrRange", err)
+	}
+	b.size.Store(2 << 20)
+	// Submit sees the growth without an Info call first.
+	for i := range 8 {
+		if _, err := blockdev.ReadAt(d, p, beyond); err != nil {
+			t.Fatalf("read %d at 1.5 MiB after both paths grew: %v", i, err)
+		}
+	}
+	if got := d.Info().Size; got != 2<<20 {
+		t.Errorf("both paths grown: size %d; want %d", got, 2<<20)
+	}
+	old := newFake(t, st, "old", fakeOpts{size: 1 << 20})
+	if err := d.AddPath(Path{old.name, old}); err == nil || !strings.Contains(err.Error(), "1MiB") {
+		t.Errorf("adding a path of the old size: %v; want a size mismatch", err)
+	}
+	grown := newFake(t, st, "grown", fakeOpts{size: 2 << 20})
+	if err := d.AddPath(Path{grown.name, grown}); err != nil {
+		t.Errorf("adding a path of the new size: %v", err)
+	}
+}
