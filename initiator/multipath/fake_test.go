@@ -130,7 +130,7 @@ func (f *fakePath) Info() blockdev.Info {
 	}
 	return in
 }
-func (f *fakePath) DiskID() string      { return f.id }
+func (f *fakePath) DiskID() string { return f.id }
 
 func (f *fakePath) AllocBuffer(n int) (blockdev.Buffer, error) {
 	if f.closed.Load() || f.mode.Load() == modeDown {
