@@ -15,10 +15,12 @@
 //     Discard and WriteZeroes free chunks.
 //   - File (OpenFile): a regular file; pread/pwrite, optional O_DIRECT,
 //     discard by hole punching, write-zeroes by fallocate, flush by
-//     fdatasync, FUA by RWF_DSYNC writes.
+//     fdatasync, FUA by RWF_DSYNC writes; an AsyncDisk whose Start runs on
+//     an io_uring (or, where io_uring is refused, on a few sync workers;
+//     IOPath says which).
 //   - Block (OpenBlock): a block device; O_DIRECT and O_EXCL by default,
 //     size and block size from the device, write-zeroes by BLKZEROOUT, and
-//     health from the device's SMART data.
+//     health from the device's SMART data; an AsyncDisk as File is.
 //   - Null (NewNull): drops writes and reads zeroes, for benchmarking the
 //     protocol path.
 //
