@@ -42,6 +42,7 @@ func benchCommand() *cli.Command {
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line"},
 			cpusFlag("CPUs (Go Ps) to use", "one per queue, like fio's thread per job, up to $GOMAXPROCS or all CPUs"),
 			policyFlag(),
+			discoverFlag(),
 			&cli.DurationFlag{Name: "loss-timeout", Value: initiator.DefaultLossTimeout, Usage: "with several URLs: how long I/O waits while no path is usable before it fails"},
 			&cli.DurationFlag{Name: "reconnect-delay", Value: initiator.DefaultReconnectDelay, Usage: "with several URLs: pause between a lost path's reconnection attempts"},
 		),
@@ -181,8 +182,17 @@ func runBench(c *cli.Context) error {
 	if qd < 1 || qd > 1024 {
 		return fmt.Errorf("--qd %d: want 1 to 1024", qd)
 	}
-	if hosts > 1 && c.NArg() > 1 {
-		return fmt.Errorf("--hosts %d: takes one URL, not %d paths", hosts, c.NArg())
+	urls := c.Args().Slice()
+	if c.Bool("discover") {
+		if len(urls) != 1 {
+			return fmt.Errorf("--discover takes one nvme:// or nvme+tcp:// URL, not %d", len(urls))
+		}
+		if urls, err = discoverPaths(c, urls[0]); err != nil {
+			return err
+		}
+	}
+	if hosts > 1 && len(urls) > 1 {
+		return fmt.Errorf("--hosts %d: takes one URL, not %d paths", hosts, len(urls))
 	}
 	if queues == 0 {
 		queues = (jobs + hosts - 1) / hosts
@@ -207,7 +217,7 @@ func runBench(c *cli.Context) error {
 		}
 	}()
 	for i := range hosts {
-		disk, err := openDisk(c, c.Args().Slice(), queues, depth)
+		disk, err := openDisk(c, urls, queues, depth)
 		if err != nil {
 			if hosts > 1 {
 				return fmt.Errorf("host %d of %d: %w", i+1, hosts, err)

@@ -56,6 +56,7 @@ apply when connect starts it (or with --foreground).`,
 			&cli.BoolFlag{Name: "foreground", Usage: "run the daemon in this process with this session (until interrupted)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the session as JSON"},
 			policyFlag(),
+			discoverFlag(),
 			controlFlag(),
 		}, sessionFlags()...), append(append(hostIDFlags(), digestFlags()...), dhchapFlags()...)...),
 		Action: func(c *cli.Context) error { return runConnect(c, mk) },
@@ -69,10 +70,20 @@ func runConnect(c *cli.Context, mk dialerFactory) error {
 	if _, err := multipath.ParsePolicy(c.String("policy")); err != nil {
 		return fmt.Errorf("--policy: %w", err)
 	}
-	spec := initiator.ConnectSpec{URL: c.Args().First(), Name: c.String("name"), NBD: c.StringSlice("nbd"), ReadOnly: c.Bool("read-only")}
-	if c.NArg() > 1 {
-		spec.URL, spec.URLs, spec.Policy = "", c.Args().Slice(), c.String("policy")
-	} else if c.IsSet("policy") {
+	urls := c.Args().Slice()
+	if c.Bool("discover") {
+		if len(urls) != 1 {
+			return fmt.Errorf("--discover takes one nvme:// or nvme+tcp:// URL, not %d", len(urls))
+		}
+		var err error
+		if urls, err = discoverPaths(c, urls[0]); err != nil {
+			return err
+		}
+	}
+	spec := initiator.ConnectSpec{URL: urls[0], Name: c.String("name"), NBD: c.StringSlice("nbd"), ReadOnly: c.Bool("read-only")}
+	if len(urls) > 1 {
+		spec.URL, spec.URLs, spec.Policy = "", urls, c.String("policy")
+	} else if c.IsSet("policy") && !c.Bool("discover") {
 		return fmt.Errorf("--policy chooses among the paths of several URLs; connect got one")
 	}
 	if dir := c.String("fuse"); dir != "" {

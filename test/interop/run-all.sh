@@ -38,6 +38,8 @@
 #                         host tools on the pure-Go iWARP provider, and the reverse)
 #   verbs-rxe             run-verbs-rxe.sh (rdisk on verbs/rxe against the kernel's
 #                         nvme-rdma, nvmet-rdma, ib_srp, ib_srpt, ib_iser, isert)
+#   verbs-badinput-rxe    run-verbs-badinput-rxe.sh (malformed CM private data and
+#                         junk messages to rdisk's target on verbs/rxe)
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 LAB=${LAB:-../shared/lab}
@@ -80,7 +82,7 @@ run() {
     -u VERBS_ONLY -u VERBS_RUN -u VERBS_COUNT -u CROSS_ONLY -u CROSS_PROTO -u RXE_CELLS -u RXE_MB \
     RPING_LOG="$dir/$name.log" NVME_LOG="$dir/$name.log" NVME_HOST_LOG="$dir/$name.log" \
     ISER_LOG="$dir/$name.log" SRP_LOG="$dir/$name.log" MPATH_LOG="$dir/$name.log" \
-    VERBS_LOG="$dir/$name.log" CROSS_LOG="$dir/$name.log" RXE_LOG="$dir/$name.log" "$@" \
+    VERBS_LOG="$dir/$name.log" CROSS_LOG="$dir/$name.log" RXE_LOG="$dir/$name.log" BADIN_LOG="$dir/$name.log" "$@" \
     "$ROOT/test/interop/$script" >"$dir/$name.out" 2>&1
   rc=$?
   t=$((SECONDS - t0))
@@ -120,6 +122,7 @@ run nvme-multipath run-nvme-multipath.sh
 run verbs-conformance run-verbs-conformance.sh
 run verbs-cross run-verbs-cross.sh
 run verbs-rxe run-verbs-rxe.sh
+run verbs-badinput-rxe run-verbs-badinput-rxe.sh
 total=$((SECONDS - t_all))
 echo
 echo "=== interop summary ==="
