@@ -45,6 +45,7 @@ func Run(t *testing.T, newProvider NewProvider) {
 		{"ImplicitGather", testImplicitGather},
 		{"ImplicitKeyRefusedRemotely", testImplicitRemote},
 		{"QueueFull", testQueueFull},
+		{"UnsignaledSendsRetire", testUnsignaledRetire},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -882,6 +883,30 @@ func testQueueFull(t *testing.T, np NewProvider) {
 	}
 	if err := c.QP.PostSend(&rdma.SendWR{Op: rdma.OpSend, SGL: make([]rdma.SGE, 100)}); !errors.Is(err, rdma.ErrTooManySGE) {
 		t.Fatalf("100 SGEs: %v, want ErrTooManySGE", err)
+	}
+}
+
+// testUnsignaledRetire posts three queues' worth of unsignaled Sends and
+// never polls the send CQ: their slots must still come free (a full queue
+// may answer ErrQueueFull while the Sends are in flight, not for ever).
+func testUnsignaledRetire(t *testing.T, np NewProvider) {
+	const depth, n = 8, 24
+	c, s := Pair(t, prov(t, np), PairConfig{PostRecvs: n, RecvSize: 64, QP: rdma.QPConfig{MaxSendWR: depth}})
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; i < n; i++ {
+		for {
+			err := c.QP.PostSend(&rdma.SendWR{ID: uint64(i), Op: rdma.OpSend, SGL: []rdma.SGE{{MR: c.MR, Length: 16}}})
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, rdma.ErrQueueFull) || time.Now().After(deadline) {
+				t.Fatalf("unsignaled Send %d on a %d-deep queue whose CQ is never polled: %v", i, depth, err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for i := 0; i < n; i++ {
+		expect(t, WaitWC(t, s.RecvCQ), rdma.OpRecv, rdma.StatusSuccess)
 	}
 }
 

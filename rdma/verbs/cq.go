@@ -224,6 +224,41 @@ func (c *cq) Close() error {
 	return nil
 }
 
+// reap moves the device's completions into the CQ's queue without
+// returning any, so that the send queue slots of unsignaled work requests
+// are retired behind the completion of the WR the provider signaled for
+// them (see PostSend) even when the caller never polls this CQ, as rdma.QP
+// lets it: it posts unsignaled Sends and waits only for receives. A
+// waiter is woken if reported completions were queued.
+func (c *cq) reap() {
+	if c.closed.Load() {
+		return
+	}
+	c.mu.Lock()
+	if c.softPos == len(c.soft) {
+		c.soft, c.softPos = c.soft[:0], 0
+	}
+	before := len(c.soft)
+	for {
+		if c.pos == c.n {
+			c.fill()
+			if c.n == 0 {
+				break
+			}
+		}
+		w := &c.buf[c.pos]
+		c.pos++
+		if q := c.lookup(uint32(w.qp_num)); q != nil {
+			q.complete(c, w)
+		}
+	}
+	added := len(c.soft) > before
+	c.mu.Unlock()
+	if added {
+		c.f.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
 // kick reports q's send completions that are ready without the device
 // (an emulated local invalidate) and wakes a waiter.
 func (c *cq) kick(q *qp) {

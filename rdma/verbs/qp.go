@@ -462,7 +462,7 @@ func (q *qp) PostSend(wr *rdma.SendWR) error {
 	}
 	if wr.Op == rdma.OpLocalInv {
 		if f := q.p.fastRegKey(wr.InvalidateKey); f != nil {
-			q.sqMu.Lock()
+			q.lockSQ()
 			if q.sqHead-q.sqEmit >= uint64(q.maxSend) {
 				q.sqMu.Unlock()
 				return rdma.ErrQueueFull
@@ -473,7 +473,7 @@ func (q *qp) PostSend(wr *rdma.SendWR) error {
 			return nil
 		}
 	}
-	q.sqMu.Lock()
+	q.lockSQ()
 	defer q.sqMu.Unlock()
 	if q.sqHead-q.sqEmit >= uint64(q.maxSend) {
 		return rdma.ErrQueueFull
@@ -514,6 +514,20 @@ func (q *qp) PostSend(wr *rdma.SendWR) error {
 	}
 	q.sqHead++
 	return nil
+}
+
+// lockSQ takes q.sqMu with room in the send queue if completions the
+// caller has not polled can make some: a full queue may be full of
+// unsignaled WRs already done on the device, which only retire when the
+// completion of the WR signaled behind them is polled (cq.reap).
+func (q *qp) lockSQ() {
+	q.sqMu.Lock()
+	if q.sqHead-q.sqEmit < uint64(q.maxSend) {
+		return
+	}
+	q.sqMu.Unlock()
+	q.scq.reap()
+	q.sqMu.Lock()
 }
 
 // PostRecv implements rdma.QP.
