@@ -454,3 +454,67 @@ func BenchmarkAsyncDepth(b *testing.B) {
 		})
 	}
 }
+
+// cachedAsyncDisk is an asyncDisk that is also a backstore.NoWaitReader,
+// as a buffered file on io_uring is: reads of the first half are "in the
+// page cache" and served at once; the rest are declined.
+type cachedAsyncDisk struct {
+	*asyncDisk
+	noWait, declined atomic.Int64
+}
+
+func (d *cachedAsyncDisk) ReadAtNoWait(p []byte, off int64) (bool, error) {
+	if off+int64(len(p)) > d.Size()/2 {
+		d.declined.Add(1)
+		return false, nil
+	}
+	d.noWait.Add(1)
+	return true, d.Mem.ReadAt(p, off)
+}
+
+var _ backstore.NoWaitReader = (*cachedAsyncDisk)(nil)
+
+// TestAsyncNoWaitFirst: on an AsyncDisk that is a NoWaitReader, a read the
+// disk answers from its cache is served on the queue at once, and only a
+// declined one is started.
+func TestAsyncNoWaitFirst(t *testing.T) {
+	t.Parallel()
+	for _, tr := range []Transport{TransportTCP, TransportRDMA} {
+		t.Run(string(tr), func(t *testing.T) {
+			t.Parallel()
+			disk := &cachedAsyncDisk{asyncDisk: newAsyncDisk(t, 4<<20, 0)}
+			tg, sub := anaTarget(t, Config{}, tr)
+			if err := sub.AddNamespace(NamespaceConfig{NSID: 1, Disk: disk}); err != nil {
+				t.Fatal(err)
+			}
+			p := anaPort(t, tg, sub, 1, tr, nil)
+			c := mustHost(t, tr, p.Addr().String(), testNQN, hostCfg("nqn.2014-08.org.nvmexpress:uuid:nowait"))
+			ns, err := c.Namespace(context.Background(), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pat := bytes.Repeat([]byte{0x5a, 0xc3}, 2048)
+			for _, off := range []int64{0, 3 << 20} {
+				if _, err := blockdev.WriteAt(ns, pat, off); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := disk.started[backstore.AsyncRead].Load()
+			got := make([]byte, len(pat))
+			for i := range 8 {
+				if _, err := blockdev.ReadAt(ns, got, 0); err != nil || !bytes.Equal(got, pat) {
+					t.Fatalf("cached read %d: %v, data equal %v", i, err, bytes.Equal(got, pat))
+				}
+			}
+			if n := disk.started[backstore.AsyncRead].Load() - before; n != 0 || disk.noWait.Load() < 8 {
+				t.Errorf("cached reads: %d started, %d served without waiting; want 0 started, 8 served", n, disk.noWait.Load())
+			}
+			if _, err := blockdev.ReadAt(ns, got, 3<<20); err != nil || !bytes.Equal(got, pat) {
+				t.Fatalf("uncached read: %v, data equal %v", err, bytes.Equal(got, pat))
+			}
+			if n := disk.started[backstore.AsyncRead].Load() - before; n != 1 || disk.declined.Load() < 1 {
+				t.Errorf("uncached read: %d started, %d declined; want 1 started after a decline", n, disk.declined.Load())
+			}
+		})
+	}
+}

@@ -42,6 +42,19 @@ func (c *controller) io(q *sq, r *request, sqe nvmeof.SQE) {
 		case nvmeof.KindRead:
 			r.outLen = length
 			if async {
+				// A buffered file answers from the page cache at once on the
+				// queue goroutine; Start only what that declines (backstore's
+				// AsyncDisk doc).
+				if nw, ok := disk.(backstore.NoWaitReader); ok && !r.onWorker {
+					done, err := nw.ReadAtNoWait(r.xfer[:length], off)
+					if err != nil {
+						r.status = ioStatus(err, false)
+						return
+					}
+					if done {
+						return
+					}
+				}
 				r.prepareAsync(backstore.AsyncRead, r.xfer[:length], off, 0, 0)
 				return
 			}
