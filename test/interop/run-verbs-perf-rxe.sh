@@ -10,6 +10,7 @@
 # Usage: test/interop/run-verbs-perf-rxe.sh [run-guest.sh options...]
 #   LAB=DIR            the lab (default: ../shared/lab next to the project root)
 #   PERF_SECS=N        seconds per bandwidth run (default 5)
+#   PERF_ROUNDS=N      runs of each tool per case, in turn (default 3; medians compared)
 #   PERF_MIN_RATIO=R   rdisk/perftest message rate a bandwidth case needs (default 0.9)
 #   PERF_LOG=FILE      full console log (default $TMPDIR/rdisk-verbs-perf.log)
 # Exit status: the guest script's.
@@ -36,7 +37,7 @@ if ! (cd "$ROOT" && CGO_ENABLED=1 go build -tags verbs -trimpath -o "$tmp/rdisk"
 fi
 
 envs=()
-for v in PERF_SECS PERF_MIN_RATIO; do
+for v in PERF_SECS PERF_ROUNDS PERF_MIN_RATIO; do
   [[ -n ${!v:-} ]] && envs+=(--env "$v=${!v}")
 done
 log=${PERF_LOG:-${TMPDIR:-/tmp}/rdisk-verbs-perf.log}
