@@ -14,4 +14,13 @@
 // after Deregister. Buffers on a goroutine stack must not be registered
 // (they can move), which is why the buffer is pinned: the runtime refuses
 // to pin what it cannot keep in place.
+//
+// Devices depart from the rdma package's default behaviour in places (the
+// InfiniBand CM's private data limits, rxe's and siw's error reporting,
+// libsiw's completion flags, no remote invalidation of the emulated
+// fast-registration keys over RoCE): Provider.Caps declares them, from
+// deviceCaps in caps.go, which names the kernel and rdma-core code each one
+// comes from. Fast registration is emulated by an ibv_reg_mr per Map
+// (libibverbs has no IB_WR_REG_MR); memory windows of type 2, which rxe
+// supports, are bound to one QP, which FastRegMR does not know.
 package verbs
