@@ -12,6 +12,8 @@
 #   PERF_SECS=N        seconds per bandwidth run (default 5)
 #   PERF_ROUNDS=N      runs of each tool per case, in turn (default 3; medians compared)
 #   PERF_MIN_RATIO=R   rdisk/perftest message rate a bandwidth case needs (default 0.9)
+#   PERF_ONLY=bw|lat|nvme  one group of cases
+#   PERF_SPIN=D        RDISK_VERBS_POLL_SPIN of rdisk's ends in the bandwidth cases
 #   PERF_LOG=FILE      full console log (default $TMPDIR/rdisk-verbs-perf.log)
 # Exit status: the guest script's.
 set -uo pipefail
@@ -37,7 +39,7 @@ if ! (cd "$ROOT" && CGO_ENABLED=1 go build -tags verbs -trimpath -o "$tmp/rdisk"
 fi
 
 envs=()
-for v in PERF_SECS PERF_ROUNDS PERF_MIN_RATIO; do
+for v in PERF_SECS PERF_ROUNDS PERF_MIN_RATIO PERF_ONLY PERF_SPIN; do
   [[ -n ${!v:-} ]] && envs+=(--env "$v=${!v}")
 done
 log=${PERF_LOG:-${TMPDIR:-/tmp}/rdisk-verbs-perf.log}

@@ -10,7 +10,9 @@
 # (PATH): rdisk (CGO_ENABLED=1 -tags verbs) and the lab's lab-net.sh.
 # Environment: PERF_SECS (seconds per bandwidth run, default 5),
 #   PERF_ROUNDS (runs of each tool per case, in turn, default 3; medians compared),
-#   PERF_MIN_RATIO (the ratio a bandwidth case must reach to PASS, default 0.9).
+#   PERF_MIN_RATIO (the ratio a bandwidth case must reach to PASS, default 0.9),
+#   PERF_ONLY=bw|lat|nvme (one group of cases), PERF_SPIN (RDISK_VERBS_POLL_SPIN
+#   of rdisk's ends in the bandwidth cases; the latency cases run without and with).
 # Output: "PERF-<case>: PASS|FAIL rdisk=... perftest=... ratio=..." lines, a
 # summary and "PERF: PASS|FAIL".
 if [ -f /guest/files/lab-net.sh ]; then
@@ -56,7 +58,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR +
 # medians compared.
 bw_case() {
   name=$1 tool=$2 op=$3 size=$4 depth=$5
-  echo; echo "=== $name: $tool -s $size -t $depth vs rdisk rdma-perf --op $op --size $size --qd $depth, ${ROUNDS}x in turn"
+  echo; echo "=== $name: $tool -s $size -t $depth vs rdisk rdma-perf --op $op --size $size --qd $depth, ${ROUNDS}x in turn, RDISK_VERBS_POLL_SPIN=${PERF_SPIN:-unset}"
   extra=
   [ $tool = ib_read_bw ] && extra="-o $depth"
   ps= rs= rbws= pmibs=
@@ -70,9 +72,9 @@ bw_case() {
     # The result line: #bytes #iterations BW-peak BW-average[MiB/s] MsgRate[Mpps]
     pm=$(awk -v s=$size '$1 == s && NF >= 5 {v=$5} END {print v}' /tmp/$name-cli.log)
     pb=$(awk -v s=$size '$1 == s && NF >= 5 {v=$4} END {print v}' /tmp/$name-cli.log)
-    rdisk rdma-perf server --listen $LAB_IP:18600 > /tmp/$name-rsrv.log 2>&1 & rsrv=$!
+    RDISK_VERBS_POLL_SPIN=${PERF_SPIN:-} rdisk --rdma verbs rdma-perf server --listen $LAB_IP:18600 > /tmp/$name-rsrv.log 2>&1 & rsrv=$!
     sleep 1
-    rdisk --rdma verbs rdma-perf client $LAB_IP:18600 --op $op --size $size --qd $depth --duration ${SECS}s --json > /tmp/$name-r.json 2> /tmp/$name-r.err
+    RDISK_VERBS_POLL_SPIN=${PERF_SPIN:-} rdisk --rdma verbs rdma-perf client $LAB_IP:18600 --op $op --size $size --qd $depth --duration ${SECS}s --json > /tmp/$name-r.json 2> /tmp/$name-r.err
     rc=$?
     kill $rsrv 2>/dev/null; wait $rsrv 2>/dev/null
     rm=$(json_num /tmp/$name-r.json msgs_per_sec)
@@ -100,36 +102,49 @@ bw_case() {
   if awk -v x=$ratio -v m=$MIN 'BEGIN {exit !(x >= m)}'; then result $name PASS "$d"; else result $name FAIL "$d (below $MIN)"; fi
 }
 
+if [ "${PERF_ONLY:-all}" = all ] || [ "${PERF_ONLY:-}" = bw ]; then
 bw_case write-64k ib_write_bw write 65536 16
 bw_case write-4k ib_write_bw write 4096 16
 bw_case read-64k ib_read_bw read 65536 16
 bw_case read-4k ib_read_bw read 4096 16
-
-# Latency: ib_send_lat (ping-pong of Sends, depth 1) vs rdisk rdma-perf send --qd 1.
-echo; echo "=== send-lat-64: ib_send_lat -s 64 vs rdisk rdma-perf --op send --size 64 --qd 1"
-ib_send_lat -R -d rxe0 -F -s 64 -n 2000 -p 18516 > /tmp/lat-srv.log 2>&1 & srv=$!
-sleep 1
-timeout 120 ib_send_lat -R -d rxe0 -F -s 64 -n 2000 -p 18516 $LAB_IP > /tmp/lat-cli.log 2>&1
-wait $srv
-tail -5 /tmp/lat-cli.log
-# #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
-ptyp=$(awk '$1 == 64 && NF >= 9 {v=$5} END {print v}' /tmp/lat-cli.log)
-pavg=$(awk '$1 == 64 && NF >= 9 {v=$6} END {print v}' /tmp/lat-cli.log)
-rdisk rdma-perf server --listen $LAB_IP:18601 > /tmp/lat-rsrv.log 2>&1 & rsrv=$!
-sleep 1
-rdisk --rdma verbs rdma-perf client $LAB_IP:18601 --op send --size 64 --qd 1 --duration ${SECS}s --json > /tmp/lat-r.json 2> /tmp/lat-r.err; rc=$?
-kill $rsrv 2>/dev/null; wait $rsrv 2>/dev/null
-cat /tmp/lat-r.json
-rp50=$(json_num /tmp/lat-r.json p50); rmean=$(json_num /tmp/lat-r.json mean)
-if [ $rc = 0 ] && [ -n "$rp50" ] && [ -n "$ptyp" ]; then
-  # ib_send_lat reports half the round trip (t_typical = RTT/2); rdisk's
-  # send latency is the whole round trip of a Send and its echo.
-  ratio=$(awk -v r=$rp50 -v p=$ptyp 'BEGIN {printf "%.2f", (2 * p) / r}')
-  result send-lat-64 INFO "rdisk p50=${rp50}us mean=${rmean}us (round trip) perftest t_typical=${ptyp}us t_avg=${pavg}us (half round trip) speed ratio perftest_RTT/rdisk=$ratio"
-else
-  result send-lat-64 FAIL "rc=$rc rdisk_p50=${rp50:-?} perftest=${ptyp:-?}: $(tail -c 200 /tmp/lat-r.err)"
 fi
 
+# Latency: ib_send_lat (ping-pong of Sends, depth 1, busy-polling) vs
+# rdisk rdma-perf send --qd 1, with both rdisk ends' RDISK_VERBS_POLL_SPIN
+# at SPIN ("" = the default: no spin past the 64 polls).
+lat_case() { # NAME SPIN
+  name=$1 spin=$2
+  echo; echo "=== $name: ib_send_lat -s 64 vs rdisk rdma-perf --op send --size 64 --qd 1, RDISK_VERBS_POLL_SPIN=${spin:-unset}"
+  ib_send_lat -R -d rxe0 -F -s 64 -n 2000 -p 18516 > /tmp/lat-srv.log 2>&1 & srv=$!
+  sleep 1
+  timeout 120 ib_send_lat -R -d rxe0 -F -s 64 -n 2000 -p 18516 $LAB_IP > /tmp/lat-cli.log 2>&1
+  wait $srv
+  tail -5 /tmp/lat-cli.log
+  # #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
+  ptyp=$(awk '$1 == 64 && NF >= 9 {v=$5} END {print v}' /tmp/lat-cli.log)
+  pavg=$(awk '$1 == 64 && NF >= 9 {v=$6} END {print v}' /tmp/lat-cli.log)
+  RDISK_VERBS_POLL_SPIN=$spin rdisk --rdma verbs rdma-perf server --listen $LAB_IP:18601 > /tmp/lat-rsrv.log 2>&1 & rsrv=$!
+  sleep 1
+  RDISK_VERBS_POLL_SPIN=$spin rdisk --rdma verbs rdma-perf client $LAB_IP:18601 --op send --size 64 --qd 1 --duration ${SECS}s --json > /tmp/lat-r.json 2> /tmp/lat-r.err; rc=$?
+  kill $rsrv 2>/dev/null; wait $rsrv 2>/dev/null
+  cat /tmp/lat-r.json
+  rp50=$(json_num /tmp/lat-r.json p50); rmean=$(json_num /tmp/lat-r.json mean)
+  if [ $rc = 0 ] && [ -n "$rp50" ] && [ -n "$ptyp" ]; then
+    # ib_send_lat reports half the round trip (t_typical = RTT/2); rdisk's
+    # send latency is the whole round trip of a Send and its echo.
+    ratio=$(awk -v r=$rp50 -v p=$ptyp 'BEGIN {printf "%.2f", (2 * p) / r}')
+    result $name INFO "rdisk p50=${rp50}us mean=${rmean}us (round trip) perftest t_typical=${ptyp}us t_avg=${pavg}us (half round trip) speed ratio perftest_RTT/rdisk_p50=$ratio"
+  else
+    result $name FAIL "rc=$rc rdisk_p50=${rp50:-?} perftest=${ptyp:-?}: $(tail -c 200 /tmp/lat-r.err)"
+  fi
+}
+if [ "${PERF_ONLY:-all}" = all ] || [ "${PERF_ONLY:-}" = lat ]; then
+  lat_case send-lat-64 ""
+  lat_case send-lat-64-spin200us 200us
+  lat_case send-lat-64-spin2ms 2ms
+fi
+
+if [ "${PERF_ONLY:-all}" = all ] || [ "${PERF_ONLY:-}" = nvme ]; then
 # --- Linux nvme-rdma host, 128 KiB O_DIRECT reads: rdisk target vs nvmet-rdma.
 read_dev() { # DEV: MiB/s of 64 MiB of 128 KiB O_DIRECT reads
   t0=$(cut -d' ' -f1 /proc/uptime)
@@ -176,6 +191,8 @@ if [ "$r1" != 0 ] && [ "$r2" != 0 ]; then
   result nvme-read-128k INFO "rdisk target ${r1} MiB/s ($d1), nvmet-rdma ${r2} MiB/s ($d2, loop on tmpfs), ratio=$ratio"
 else
   result nvme-read-128k FAIL "rdisk=$r1 nvmet=$r2 ($d1 $d2)"
+fi
+
 fi
 
 echo
