@@ -11,7 +11,7 @@
 # Environment: PERF_SECS (seconds per bandwidth run, default 5),
 #   PERF_ROUNDS (runs of each tool per case, in turn, default 3; medians compared),
 #   PERF_MIN_RATIO (the ratio a bandwidth case must reach to PASS, default 0.9),
-#   PERF_ONLY=bw|lat|nvme (one group of cases), PERF_SPIN (RDISK_VERBS_POLL_SPIN
+#   PERF_ONLY=bw|q1|lat|nvme (one group of cases), PERF_SPIN (RDISK_VERBS_POLL_SPIN
 #   of rdisk's ends in the bandwidth cases; the latency cases run without and with).
 # Output: "PERF-<case>: PASS|FAIL rdisk=... perftest=... ratio=..." lines, a
 # summary and "PERF: PASS|FAIL".
@@ -52,15 +52,15 @@ rdma link show rxe0/1
 # median A B C ...: the median of numbers
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR + 1) / 2)]}'; }
 
-# bw_case NAME PERFTEST OP SIZE DEPTH: perftest's message rate (Mpps column)
-# against rdisk rdma-perf's msgs_per_sec at the same size and depth, each
+# bw_case NAME PERFTEST OP SIZE DEPTH [PERFTEST_ARGS]: perftest's message
+# rate against rdisk rdma-perf's msgs_per_sec at the same size and depth, each
 # run PERF_ROUNDS times in turn (TCG's noise between runs is large), the
 # medians compared.
 bw_case() {
-  name=$1 tool=$2 op=$3 size=$4 depth=$5
-  echo; echo "=== $name: $tool -s $size -t $depth vs rdisk rdma-perf --op $op --size $size --qd $depth, ${ROUNDS}x in turn, RDISK_VERBS_POLL_SPIN=${PERF_SPIN:-unset}"
-  extra=
-  [ $tool = ib_read_bw ] && extra="-o $depth"
+  name=$1 tool=$2 op=$3 size=$4 depth=$5 targs=${6:-}
+  echo; echo "=== $name: $tool -s $size -t $depth $targs vs rdisk rdma-perf --op $op --size $size --qd $depth, ${ROUNDS}x in turn, RDISK_VERBS_POLL_SPIN=${PERF_SPIN:-unset}"
+  extra=$targs
+  [ $tool = ib_read_bw ] && extra="$extra -o $depth"
   ps= rs= rbws= pmibs=
   r=0 retries=0
   while [ $r -lt $ROUNDS ]; do
@@ -107,6 +107,13 @@ bw_case write-64k ib_write_bw write 65536 16
 bw_case write-4k ib_write_bw write 4096 16
 bw_case read-64k ib_read_bw read 65536 16
 bw_case read-4k ib_read_bw read 4096 16
+fi
+# perftest moderates its completions (a signaled WR every min(100, depth));
+# rdma-perf signals every operation, for its latency histogram. With -Q 1
+# perftest signals every WR too: the same work per operation.
+if [ "${PERF_ONLY:-all}" = all ] || [ "${PERF_ONLY:-}" = bw ] || [ "${PERF_ONLY:-}" = q1 ]; then
+bw_case write-4k-Q1 ib_write_bw write 4096 16 "-Q 1"
+bw_case read-4k-Q1 ib_read_bw read 4096 16 "-Q 1"
 fi
 
 # Latency: ib_send_lat (ping-pong of Sends, depth 1, busy-polling) vs
