@@ -39,7 +39,7 @@ if ! (cd "$ROOT" && CGO_ENABLED=1 go build -tags verbs -trimpath -o "$tmp/rdisk"
 fi
 
 envs=()
-for v in PERF_SECS PERF_ROUNDS PERF_MIN_RATIO PERF_ONLY PERF_SPIN; do
+for v in PERF_SECS PERF_ROUNDS PERF_MIN_RATIO PERF_ONLY PERF_SPIN PERF_CLIENT_ARGS; do
   [[ -n ${!v:-} ]] && envs+=(--env "$v=${!v}")
 done
 log=${PERF_LOG:-${TMPDIR:-/tmp}/rdisk-verbs-perf.log}

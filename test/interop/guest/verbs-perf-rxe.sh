@@ -12,7 +12,8 @@
 #   PERF_ROUNDS (runs of each tool per case, in turn, default 3; medians compared),
 #   PERF_MIN_RATIO (the ratio a bandwidth case must reach to PASS, default 0.9),
 #   PERF_ONLY=bw|q1|lat|nvme (one group of cases), PERF_SPIN (RDISK_VERBS_POLL_SPIN
-#   of rdisk's ends in the bandwidth cases; the latency cases run without and with).
+#   of rdisk's ends in the bandwidth cases; the latency cases run without and with),
+#   PERF_CLIENT_ARGS (more rdisk rdma-perf client flags in the bandwidth cases, e.g. --cpus 2).
 # Output: "PERF-<case>: PASS|FAIL rdisk=... perftest=... ratio=..." lines, a
 # summary and "PERF: PASS|FAIL".
 if [ -f /guest/files/lab-net.sh ]; then
@@ -74,7 +75,7 @@ bw_case() {
     pb=$(awk -v s=$size '$1 == s && NF >= 5 {v=$4} END {print v}' /tmp/$name-cli.log)
     RDISK_VERBS_POLL_SPIN=${PERF_SPIN:-} rdisk --rdma verbs rdma-perf server --listen $LAB_IP:18600 > /tmp/$name-rsrv.log 2>&1 & rsrv=$!
     sleep 1
-    RDISK_VERBS_POLL_SPIN=${PERF_SPIN:-} rdisk --rdma verbs rdma-perf client $LAB_IP:18600 --op $op --size $size --qd $depth --duration ${SECS}s --json > /tmp/$name-r.json 2> /tmp/$name-r.err
+    RDISK_VERBS_POLL_SPIN=${PERF_SPIN:-} rdisk --rdma verbs rdma-perf client $LAB_IP:18600 ${PERF_CLIENT_ARGS:-} --op $op --size $size --qd $depth --duration ${SECS}s --json > /tmp/$name-r.json 2> /tmp/$name-r.err
     rc=$?
     kill $rsrv 2>/dev/null; wait $rsrv 2>/dev/null
     rm=$(json_num /tmp/$name-r.json msgs_per_sec)
