@@ -43,7 +43,9 @@ run_dev() { # NAME TYPE
   rdma link show $name/1
   mark=$(dmesg | wc -l); t0=$(date +%s)
   v=; [ -n "${VERBS_V:-}" ] && v=-test.v
-  RDISK_VERBS_IP=$LAB_IP RDISK_VERBS_DEVICE=$name timeout 600 "$T" -test.run "$RUN" -test.count "${VERBS_COUNT:-1}" -test.v -test.timeout 540s \
+  # libibverbs' own error log (the providers' reasons, e.g. libsiw's "QP
+  # creation failed" when it returns NULL without errno).
+  RDISK_VERBS_IP=$LAB_IP RDISK_VERBS_DEVICE=$name VERBS_LOG_LEVEL=1 VERBS_LOG_FILE=/tmp/verbs-$name.log timeout 600 "$T" -test.run "$RUN" -test.count "${VERBS_COUNT:-1}" -test.v -test.timeout 540s \
     > /tmp/$name.log 2>&1
   rc=$?
   t1=$(date +%s)
@@ -61,6 +63,7 @@ run_dev() { # NAME TYPE
   if [ $res != PASS ]; then
     echo "--- kernel log since the start of this run (dmesg | tail -40)"
     dmesg | tail -n +$((mark + 1)) | grep -Eiv 'speed is unknown' | tail -40
+    [ -s /tmp/verbs-$name.log ] && { echo "--- libibverbs error log (VERBS_LOG_LEVEL=1)"; tail -20 /tmp/verbs-$name.log; }
   fi
   rdma link delete $name
 }
