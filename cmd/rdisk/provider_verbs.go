@@ -3,7 +3,10 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
+	"os"
+	"time"
 
 	"github.com/rdisk/rdisk/rdma"
 	"github.com/rdisk/rdisk/rdma/verbs"
@@ -12,7 +15,20 @@ import (
 // verbsBuilt tells whether this binary has the verbs provider.
 const verbsBuilt = true
 
-func openVerbs(log *slog.Logger) (rdma.Provider, error) { return verbs.New(verbs.Config{Logger: log}) }
+// openVerbs opens the verbs provider. RDISK_VERBS_POLL_SPIN (a duration,
+// e.g. 200us) sets verbs.Config.PollSpin: CQs keep polling that long
+// before they sleep on the completion channel.
+func openVerbs(log *slog.Logger) (rdma.Provider, error) {
+	cfg := verbs.Config{Logger: log}
+	if v := os.Getenv("RDISK_VERBS_POLL_SPIN"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("RDISK_VERBS_POLL_SPIN=%q: want a duration such as 200us", v)
+		}
+		cfg.PollSpin = d
+	}
+	return verbs.New(cfg)
+}
 
 func verbsServesAddr(addr string) bool { return verbs.ServesAddr(addr) }
 

@@ -27,20 +27,6 @@ const (
 	pollBudget = 64 // empty polls in Wait before arming the CQ and sleeping
 )
 
-// pollSpin, from RDISK_VERBS_POLL_SPIN (a duration, e.g. 200us; default
-// 0), makes Wait keep polling that much longer before it sleeps on the
-// completion channel: a wakeup through the channel costs an interrupt, the
-// netpoller and the scheduler (about a millisecond on each side of a round
-// trip under QEMU TCG), which a queue whose peer answers within the spin
-// never pays, for a core kept busy while it waits.
-var pollSpin = func() time.Duration {
-	d, err := time.ParseDuration(os.Getenv("RDISK_VERBS_POLL_SPIN"))
-	if err != nil || d < 0 {
-		return 0
-	}
-	return d
-}()
-
 type cq struct {
 	p  *Provider
 	cq *C.struct_ibv_cq
@@ -158,12 +144,13 @@ func (c *cq) ready() bool {
 	return c.n > 0
 }
 
-// Wait implements rdma.CQ: busy-polls pollBudget times (and for pollSpin
-// more when set), then arms
+// Wait implements rdma.CQ: busy-polls pollBudget times (and for
+// Config.PollSpin more when set), then arms
 // the CQ (ibv_req_notify_cq), checks once more and sleeps on the
 // completion channel in Go's netpoller.
 func (c *cq) Wait(ctx context.Context) error {
 	var spinStart time.Time
+	pollSpin := c.p.pollSpin
 	for i := 0; ; i++ {
 		if i == pollBudget {
 			if pollSpin == 0 {
