@@ -31,6 +31,19 @@ func startCLITarget(t *testing.T) string { return startCLITargetOn(t, target.Tra
 // startCLITargetOn is startCLITarget with a port serving transport tr.
 func startCLITargetOn(t *testing.T, tr target.Transport) string {
 	t.Helper()
+	tg, sub := newCLITarget(t)
+	port, err := tg.AddPort(target.PortConfig{ID: 1, Addr: "127.0.0.1:0", Transport: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port.LinkSubsystem(sub)
+	return port.Addr().String()
+}
+
+// newCLITarget starts a target in the test process with subsystem cliNQN
+// (any host) and an 8 MiB RAM namespace 1, and no port.
+func newCLITarget(t *testing.T) (*target.Target, *target.Subsystem) {
+	t.Helper()
 	p, _ := iwarp.New(iwarp.Config{})
 	tg, err := target.New(target.Config{Provider: p, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -45,12 +58,7 @@ func startCLITargetOn(t *testing.T, tr target.Transport) string {
 	if err := sub.AddNamespace(target.NamespaceConfig{NSID: 1, Disk: disk}); err != nil {
 		t.Fatal(err)
 	}
-	port, err := tg.AddPort(target.PortConfig{ID: 1, Addr: "127.0.0.1:0", Transport: tr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	port.LinkSubsystem(sub)
-	return port.Addr().String()
+	return tg, sub
 }
 
 // cliMu serializes app runs: urfave/cli keeps global flag state (the help

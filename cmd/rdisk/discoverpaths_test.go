@@ -1,16 +1,13 @@
 package main
 
 import (
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/nvmeof"
 	"github.com/rdisk/rdisk/nvmeof/host"
 	"github.com/rdisk/rdisk/nvmeof/target"
-	"github.com/rdisk/rdisk/rdma/iwarp"
 )
 
 func TestPathsOf(t *testing.T) {
@@ -43,20 +40,7 @@ func TestPathsOf(t *testing.T) {
 // answer).
 func TestBenchDiscover(t *testing.T) {
 	t.Parallel()
-	p, _ := iwarp.New(iwarp.Config{})
-	tg, err := target.New(target.Config{Provider: p, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tg.Close() })
-	sub, err := tg.AddSubsystem(target.SubsystemConfig{NQN: cliNQN, AllowAnyHost: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	disk, _ := backstore.NewMem(8<<20, 512)
-	if err := sub.AddNamespace(target.NamespaceConfig{NSID: 1, Disk: disk}); err != nil {
-		t.Fatal(err)
-	}
+	tg, sub := newCLITarget(t)
 	// Port 2 lists itself; port 1 lists itself and refers to port 2, as
 	// two gateways that know each other would.
 	p2, err := tg.AddPort(target.PortConfig{ID: 2, Addr: "127.0.0.1:0", Transport: target.TransportRDMA})
