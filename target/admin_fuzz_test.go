@@ -41,11 +41,11 @@ func FuzzAdmin(f *testing.F) {
 			t.Fatal(err)
 		}
 		// RAM and null disks only, loopback listeners only.
-		c.OpenDevice = func(path string, bs int, ro bool) (backstore.Disk, error) {
+		c.OpenDevice = func(path string, o DeviceOptions) (backstore.Disk, error) {
 			if !strings.HasPrefix(path, "ram:") && !strings.HasPrefix(path, "null:") {
 				return nil, fmt.Errorf("fuzz: %s: only RAM and null disks", path)
 			}
-			return OpenDevice(path, bs, ro)
+			return OpenDevice(path, o)
 		}
 		run, err := Start(c, p, nil, nil)
 		if err != nil {

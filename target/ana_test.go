@@ -240,7 +240,7 @@ func TestSizeWatcher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.OpenDevice = func(path string, bs int, ro bool) (backstore.Disk, error) {
+	c.OpenDevice = func(path string, o DeviceOptions) (backstore.Disk, error) {
 		m, err := backstore.NewMem(1<<20, 512)
 		if err != nil {
 			return nil, err

@@ -33,7 +33,25 @@ type Config struct {
 	// OpenDevice, if set, opens the namespaces' devices in place of the
 	// package's OpenDevice (a program that wraps or provides disks; tests).
 	// Start keeps it for later changes. Not part of the file.
-	OpenDevice func(path string, blockSize int, readOnly bool) (backstore.Disk, error) `json:"-"`
+	OpenDevice func(path string, o DeviceOptions) (backstore.Disk, error) `json:"-"`
+}
+
+// DeviceOptions are how a namespace's device is opened (OpenDevice).
+type DeviceOptions struct {
+	// BlockSize is the logical block size; 0 means 512 (block devices
+	// use their logical block size).
+	BlockSize int
+	// ReadOnly opens the device write-protected.
+	ReadOnly bool
+	// Direct opens a regular file with O_DIRECT, past the page cache
+	// (nvmet's file namespaces with buffered_io 0). Only for files.
+	Direct bool
+	// Buffered opens a block device through the page cache instead of
+	// with O_DIRECT. Only for block devices.
+	Buffered bool
+	// NoURing runs a file's or block device's I/O on the synchronous
+	// path (worker threads) instead of io_uring.
+	NoURing bool
 }
 
 // Host is a host entry. Its DH-HMAC-CHAP settings take nvmet's configfs
@@ -251,6 +269,19 @@ type Namespace struct {
 	// told (READ CAPACITY(16), Block Limits), a power-of-two multiple of
 	// the logical block size; 0: the logical one (an rdisk extension).
 	PhysicalBlockSize int `json:"rdisk_physical_block_size,omitempty"`
+	// Direct opens a file device with O_DIRECT, past the page cache
+	// (nvmet's buffered_io 0); Buffered opens a block device through the
+	// page cache; NoURing runs a file's or block device's I/O on worker
+	// threads instead of io_uring (where seccomp forbids io_uring, the
+	// disk falls back to them on its own). rdisk extensions.
+	Direct   bool `json:"rdisk_direct,omitempty"`
+	Buffered bool `json:"rdisk_buffered,omitempty"`
+	NoURing  bool `json:"rdisk_no_uring,omitempty"`
+}
+
+// deviceOptions are the options ns's device is opened with.
+func (ns *Namespace) deviceOptions() DeviceOptions {
+	return DeviceOptions{BlockSize: ns.BlockSize, ReadOnly: ns.ReadOnly, Direct: ns.Direct, Buffered: ns.Buffered, NoURing: ns.NoURing}
 }
 
 // Parse reads a configuration strictly: unknown keys, values of the wrong
@@ -412,18 +443,32 @@ func checkDevicePath(path string) error {
 // OpenDevice opens a namespace's backing store: "ram:SIZE", "null:SIZE",
 // a Ceph RBD image "rbd:POOL/IMAGE" (or POOL/NAMESPACE/IMAGE, with
 // ?conf=&id=&keyring=&mon_host=; in a build with Ceph), a block device,
-// or a regular file, read-only when readOnly is set. blockSize 0 means
-// 512 (block devices use their logical block size).
-func OpenDevice(path string, blockSize int, readOnly bool) (backstore.Disk, error) {
-	return openDevice(path, blockSize, readOnly, nil)
+// or a regular file, as o says. Options that do not apply to the kind of
+// device (Direct on a block device, Buffered on a file, either or NoURing
+// on a RAM disk or an RBD image) are refused, naming the option.
+func OpenDevice(path string, o DeviceOptions) (backstore.Disk, error) {
+	return openDevice(path, o, nil)
 }
 
 // openDevice is OpenDevice with the logger of disks that log (RBD).
-func openDevice(path string, blockSize int, readOnly bool, log *slog.Logger) (backstore.Disk, error) {
+func openDevice(path string, o DeviceOptions, log *slog.Logger) (backstore.Disk, error) {
+	blockSize, readOnly := o.BlockSize, o.ReadOnly
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	refuse := func(what string, opts ...string) error {
+		set := map[string]bool{"rdisk_direct": o.Direct, "rdisk_buffered": o.Buffered, "rdisk_no_uring": o.NoURing}
+		for _, k := range opts {
+			if set[k] {
+				return fmt.Errorf("%s: %s does not apply to %s", path, k, what)
+			}
+		}
+		return nil
+	}
 	if strings.HasPrefix(path, "rbd:") {
+		if err := refuse("a Ceph RBD image", "rdisk_direct", "rdisk_buffered", "rdisk_no_uring"); err != nil {
+			return nil, err
+		}
 		c, err := rbd.ParseURI(path)
 		if err != nil {
 			return nil, err
@@ -439,6 +484,9 @@ func openDevice(path string, blockSize int, readOnly bool, log *slog.Logger) (ba
 		return img, nil
 	}
 	if kind, size, ok := strings.Cut(path, ":"); ok && (kind == "ram" || kind == "null") {
+		if err := refuse("a "+kind+" disk", "rdisk_direct", "rdisk_buffered", "rdisk_no_uring"); err != nil {
+			return nil, err
+		}
 		n, err := units.ParseSize(size)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
@@ -464,10 +512,16 @@ func openDevice(path string, blockSize int, readOnly bool, log *slog.Logger) (ba
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	if fi.Mode()&os.ModeDevice != 0 {
-		return backstore.OpenBlock(path, backstore.BlockOptions{BlockSize: blockSize, ReadOnly: readOnly, Log: log})
+		if err := refuse("a block device (opened with O_DIRECT unless rdisk_buffered)", "rdisk_direct"); err != nil {
+			return nil, err
+		}
+		return backstore.OpenBlock(path, backstore.BlockOptions{BlockSize: blockSize, ReadOnly: readOnly, Buffered: o.Buffered, NoURing: o.NoURing, Log: log})
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s is neither a block device nor a regular file", path)
 	}
-	return backstore.OpenFile(path, backstore.FileOptions{BlockSize: blockSize, ReadOnly: readOnly, Log: log})
+	if err := refuse("a regular file (opened through the page cache unless rdisk_direct)", "rdisk_buffered"); err != nil {
+		return nil, err
+	}
+	return backstore.OpenFile(path, backstore.FileOptions{BlockSize: blockSize, ReadOnly: readOnly, Direct: o.Direct, NoURing: o.NoURing, Log: log})
 }

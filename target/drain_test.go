@@ -36,8 +36,8 @@ func startHanging(t *testing.T) (*Running, *iwarp.Provider, chan struct{}) {
 		t.Fatal(err)
 	}
 	release := make(chan struct{})
-	c.OpenDevice = func(path string, bs int, ro bool) (backstore.Disk, error) {
-		d, err := OpenDevice(path, bs, ro)
+	c.OpenDevice = func(path string, o DeviceOptions) (backstore.Disk, error) {
+		d, err := OpenDevice(path, o)
 		if err != nil || path != "ram:1MiB" {
 			return d, err
 		}

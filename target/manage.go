@@ -639,6 +639,21 @@ type PortGroupStatus struct {
 	Ports []uint16 `json:"ports"`
 }
 
+// IOPathOf says how disk d runs its I/O, for logs, banners and the status:
+// "io_uring", "sync: WHY" when a file or block device does not use
+// io_uring, and "" for disks that have no such choice (RAM, null, RBD).
+func IOPathOf(d backstore.Disk) string {
+	r, ok := d.(backstore.IOPathReporter)
+	if !ok {
+		return ""
+	}
+	p, why := r.IOPath()
+	if why != "" {
+		return p.String() + ": " + why
+	}
+	return p.String()
+}
+
 // NamespaceStatus is a served namespace.
 type NamespaceStatus struct {
 	Subsystem string `json:"subsystem"`
@@ -652,6 +667,9 @@ type NamespaceStatus struct {
 	UUID      string `json:"uuid"`
 	// ANAGroup is the namespace's ANA group.
 	ANAGroup uint32 `json:"ana_group"`
+	// IOPath says how a file's or block device's I/O runs: "io_uring",
+	// or "sync" and why (see IOPathOf); empty for other disks.
+	IOPath string `json:"io_path,omitempty"`
 	// SCSI lists where the namespace is a SCSI LUN ("iscsi IQN LUN n",
 	// "srp PORT LUN n").
 	SCSI []string `json:"scsi,omitempty"`
@@ -762,6 +780,7 @@ func (r *Running) Status() *Status {
 			nst := NamespaceStatus{Subsystem: s.NQN, NSID: ns.NSID, Device: ns.Device.Path, Enabled: ns.Enable != 0, SCSI: scsiOf[k]}
 			if d := r.disks[k]; d != nil {
 				nst.Size, nst.BlockSize, nst.ReadOnly = d.Size(), d.BlockSize(), d.ReadOnly()
+				nst.IOPath = IOPathOf(d)
 			}
 			nst.NGUID, nst.UUID, nst.ANAGroup = ids[ns.NSID][0], ids[ns.NSID][1], groups[ns.NSID]
 			st.Namespaces = append(st.Namespaces, nst)

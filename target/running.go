@@ -48,7 +48,7 @@ type Running struct {
 	SRPAddrs    []net.Addr
 
 	p      rdma.Provider
-	open   func(path string, blockSize int, readOnly bool) (backstore.Disk, error)
+	open   func(path string, o DeviceOptions) (backstore.Disk, error)
 	log    *slog.Logger
 	hook   func(int)
 	ctx    context.Context
@@ -117,8 +117,8 @@ func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (
 	}
 	open := c.OpenDevice
 	if open == nil {
-		open = func(path string, blockSize int, readOnly bool) (backstore.Disk, error) {
-			return openDevice(path, blockSize, readOnly, log)
+		open = func(path string, o DeviceOptions) (backstore.Disk, error) {
+			return openDevice(path, o, log)
 		}
 	}
 	r := &Running{T: t, p: p, open: open, log: log, hook: hook, cfg: &Config{},
@@ -266,7 +266,7 @@ func (r *Running) openNamespace(nqn string, ns *Namespace) (backstore.Disk, nvme
 	if err != nil {
 		return nil, nc, err
 	}
-	disk, err := r.open(ns.Device.Path, ns.BlockSize, ns.ReadOnly)
+	disk, err := r.open(ns.Device.Path, ns.deviceOptions())
 	if err != nil {
 		return nil, nc, fmt.Errorf("subsystem %s namespace %d: %w", nqn, ns.NSID, err)
 	}

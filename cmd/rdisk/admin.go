@@ -287,6 +287,10 @@ func printStatus(out io.Writer, st *target.Status) {
 		if n.ReadOnly {
 			state += ",read-only"
 		}
+		if n.IOPath != "" {
+			path, _, _ := strings.Cut(n.IOPath, ":") // why in --json
+			state += ",io=" + path
+		}
 		scsi := strings.Join(n.SCSI, "; ")
 		if scsi == "" {
 			scsi = "-"

@@ -69,6 +69,9 @@ applies the difference.`,
 			&cli.BoolFlag{Name: "fill", Usage: "write random data over the whole RAM disk before serving it (reads then touch memory, as on a used disk)"},
 			&cli.StringFlag{Name: "file", Usage: "export this regular file instead of a RAM disk"},
 			&cli.StringFlag{Name: "device", Usage: "export this block device instead of a RAM disk (or a Ceph RBD image, rbd:POOL/IMAGE[?conf=...], in a build with -tags ceph,pacific)"},
+			&cli.BoolFlag{Name: "direct", Usage: "with --file: open the file with O_DIRECT, past the page cache (nvmet's buffered_io 0; in --config, a namespace's \"rdisk_direct\": true)"},
+			&cli.BoolFlag{Name: "buffered", Usage: "with --device: open the block device through the page cache instead of O_DIRECT (\"rdisk_buffered\")"},
+			&cli.BoolFlag{Name: "no-uring", Usage: "with --file or --device: run disk I/O on worker threads instead of io_uring (\"rdisk_no_uring\")"},
 			&cli.BoolFlag{Name: "read-only", Usage: "export the disk write-protected (NVMe namespace write protected, SCSI WP)"},
 			&cli.IntFlag{Name: "block-size", Value: defaultBlockSize, Usage: "logical block size of a RAM disk or file (512 or 4096)"},
 			&cli.StringFlag{Name: "nqn", Value: defaultNQN, Usage: "subsystem NQN"},
@@ -416,6 +419,12 @@ func printDisks(cfg *target.Config, disks []backstore.Disk) {
 			if d.ReadOnly() {
 				ro = ", read-only"
 			}
+			if p := target.IOPathOf(d); p != "" {
+				if why, ok := strings.CutPrefix(p, "sync: "); ok {
+					p = "worker threads (" + why + ")"
+				}
+				ro += ", I/O on " + p
+			}
 			fmt.Printf("rdisk target: %s namespace %d: %s, %d-byte blocks, %s%s\n", s.NQN, ns.NSID, units.FormatSize(d.Size()), d.BlockSize(), backing, ro)
 		}
 	}
@@ -460,6 +469,11 @@ func targetConfig(c *cli.Context) (*target.Config, error) {
 		if c.Bool("fill") {
 			return nil, fmt.Errorf("--fill writes over the RAM disk of the quick flags only, not with --config")
 		}
+		for _, f := range []string{"direct", "buffered", "no-uring"} {
+			if c.Bool(f) {
+				return nil, fmt.Errorf("--%s is a quick flag: with --config, set the namespace's \"rdisk_%s\" instead", f, strings.ReplaceAll(f, "-", "_"))
+			}
+		}
 		f, err := os.Open(path)
 		if err != nil {
 			return nil, fmt.Errorf("--config: %w", err)
@@ -492,6 +506,12 @@ func targetConfig(c *cli.Context) (*target.Config, error) {
 		return nil, fmt.Errorf("--file and --device exclude each other")
 	case c.Bool("fill") && (c.String("file") != "" || c.String("device") != ""):
 		return nil, fmt.Errorf("--fill writes over the RAM disk only, not over --file or --device")
+	case c.Bool("direct") && c.String("file") == "":
+		return nil, fmt.Errorf("--direct opens a --file with O_DIRECT: give --file (block devices are opened with O_DIRECT already)")
+	case c.Bool("buffered") && c.String("device") == "":
+		return nil, fmt.Errorf("--buffered opens a --device through the page cache: give --device (files are buffered unless --direct)")
+	case c.Bool("no-uring") && c.String("file") == "" && c.String("device") == "":
+		return nil, fmt.Errorf("--no-uring applies to --file and --device only (a RAM disk has no disk I/O)")
 	case c.String("file") != "":
 		dev = c.String("file")
 		if err := prepareFile(dev, c.String("size"), c.IsSet("size")); err != nil {
@@ -535,7 +555,8 @@ func targetConfig(c *cli.Context) (*target.Config, error) {
 	if anyHost {
 		sub.Attr["allow_any_host"] = "1"
 	}
-	ns := target.Namespace{NSID: 1, Enable: 1, BlockSize: bs, ReadOnly: c.Bool("read-only")}
+	ns := target.Namespace{NSID: 1, Enable: 1, BlockSize: bs, ReadOnly: c.Bool("read-only"),
+		Direct: c.Bool("direct"), Buffered: c.Bool("buffered"), NoURing: c.Bool("no-uring")}
 	ns.Device.Path = dev
 	sub.Namespaces = []target.Namespace{ns}
 	cfg.Subsystems = []target.Subsystem{sub}

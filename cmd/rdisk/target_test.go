@@ -41,6 +41,46 @@ func TestTargetFillFlag(t *testing.T) {
 	}
 }
 
+// TestTargetDiskIOFlags: --direct, --buffered and --no-uring reach the
+// namespace, and each is refused, naming it, where it does not apply.
+func TestTargetDiskIOFlags(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "disk")
+	for _, tc := range []struct {
+		args []string
+		want string // error substring; empty: no error
+	}{
+		{[]string{"--file", file, "--size", "1MiB", "--direct", "--no-uring"}, ""},
+		{[]string{"--device", "/dev/null", "--buffered"}, ""},
+		{[]string{"--direct"}, "--direct opens a --file with O_DIRECT"},
+		{[]string{"--device", "/dev/null", "--direct"}, "--direct opens a --file with O_DIRECT"},
+		{[]string{"--file", file, "--buffered"}, "--buffered opens a --device"},
+		{[]string{"--no-uring"}, "--no-uring applies to --file and --device only"},
+		{[]string{"--config", "/nonexistent.json", "--no-uring"}, `set the namespace's "rdisk_no_uring" instead`},
+	} {
+		cmd := targetCommand()
+		cmd.Action = func(c *cli.Context) error {
+			cfg, err := targetConfig(c)
+			if err != nil {
+				return err
+			}
+			ns := cfg.Subsystems[0].Namespaces[0]
+			if ns.Direct != c.Bool("direct") || ns.Buffered != c.Bool("buffered") || ns.NoURing != c.Bool("no-uring") {
+				t.Errorf("%v: namespace %+v", c.Args(), ns)
+			}
+			return nil
+		}
+		app := &cli.App{Name: "rdisk", Writer: &bytes.Buffer{}, ErrWriter: &bytes.Buffer{}, Commands: []*cli.Command{cmd}}
+		err := app.RunContext(context.Background(), append([]string{"rdisk", "target"}, tc.args...))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: %v", tc.args, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%v: error %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
 // TestFillRandom: every 4 KiB block of the disk, the short last one
 // included, holds data after fillRandom.
 func TestFillRandom(t *testing.T) {
