@@ -181,16 +181,24 @@ func portReplaced(o, n *Port) bool {
 	return !same(a, b)
 }
 
-// applyANA sets a kept port's ANA group states to n's.
-func (r *Running) applyANA(port *nvmet.Port, o, n *Port, ch *Changes) error {
-	os, _ := o.anaStates()
-	ns, err := n.anaStates()
+// applyANA sets a kept port's ANA group states from o's (of model old)
+// to n's (of model nc): the live states, those of the groups holding a
+// failing namespace held inaccessible (health.go).
+func (r *Running) applyANA(port *nvmet.Port, old, nc *Config, o, n *Port, ch *Changes) error {
+	os, _ := r.anaWant(old, o)
+	ns, err := r.anaWant(nc, n)
 	if err != nil {
 		return err
 	}
+	rawOld, _ := o.anaStates()
+	rawNew, _ := n.anaStates()
+	held := r.failingGroups(nc)
 	var errs []error
 	for _, g := range slices.Sorted(maps.Keys(ns)) {
 		if st, ok := os[g]; ok && st == ns[g] {
+			if st, ok := rawNew[g]; ok && held[g] && rawOld[g] != st {
+				ch.did("port %d ANA group %d: %s, held inaccessible while its storage fails", n.PortID, g, st)
+			}
 			continue
 		}
 		if err := port.SetANAState(g, ns[g]); err != nil {
@@ -254,6 +262,10 @@ func keepRestartOnly(old, nc *Config, ch *Changes) {
 		ch.Skipped = append(ch.Skipped, "rdisk_srp listen addresses change with a restart")
 		nc.SRP.Listen = slices.Clone(old.SRP.Listen)
 	}
+	if !same(old.Gateway, nc.Gateway) {
+		ch.Skipped = append(ch.Skipped, "rdisk_gateway changes with a restart")
+		nc.Gateway = old.clone().Gateway
+	}
 	if old.ISCSI != nil && nc.ISCSI != nil {
 		if _, structural := groupStateChanges(old.ISCSI.PortGroups, nc.ISCSI.PortGroups); structural {
 			ch.Skipped = append(ch.Skipped, "rdisk_iscsi port groups other than their states (ids, ports) change with a restart")
@@ -295,43 +307,27 @@ func groupStateChanges(o, n []PortGroup) (changed []PortGroup, structural bool) 
 }
 
 // applyPortGroupStates sets the ALUA states that changed on every iSCSI
-// target and SRP port.
+// target and SRP port: the model's, with this gateway's own groups held
+// unavailable while every LU of the transport is failing (health.go).
 func (r *Running) applyPortGroupStates(old, nc *Config, ch *Changes) error {
-	var errs []error
-	if old.ISCSI != nil && nc.ISCSI != nil && r.ISCSI != nil {
-		changed, _ := groupStateChanges(old.ISCSI.PortGroups, nc.ISCSI.PortGroups)
+	report := func(transport string, o, n []PortGroup, down bool) {
+		changed, _ := groupStateChanges(o, n)
 		for _, g := range changed {
 			st, _ := scsi.ParseALUAState(g.State)
-			for _, t := range nc.ISCSI.Targets {
-				if old.iscsiTarget(t.IQN) == nil {
-					continue // added with the new states
-				}
-				if err := r.ISCSI.SetPortGroupState(t.IQN, g.ID, st); err != nil {
-					errs = append(errs, fmt.Errorf("iscsi target %s port group %d: %w", t.IQN, g.ID, err))
-				}
+			if down {
+				ch.did("%s port group %d: %s, held unavailable while its storage fails", transport, g.ID, st)
+			} else {
+				ch.did("%s port group %d: %s", transport, g.ID, st)
 			}
-			ch.did("iscsi port group %d: %s", g.ID, st)
 		}
+	}
+	if old.ISCSI != nil && nc.ISCSI != nil && r.ISCSI != nil {
+		report("iscsi", old.ISCSI.PortGroups, nc.ISCSI.PortGroups, r.scsiDown(nc.ISCSI.allLUNs()))
 	}
 	if old.SRP != nil && nc.SRP != nil && r.SRP != nil {
-		changed, _ := groupStateChanges(old.SRP.PortGroups, nc.SRP.PortGroups)
-		for _, g := range changed {
-			st, _ := scsi.ParseALUAState(g.State)
-			for _, pt := range nc.SRP.Ports {
-				id, err := srpPortID(pt)
-				if err != nil || old.srpPort(srpKey(pt)) == nil {
-					continue
-				}
-				if port := r.SRP.Port(id); port != nil {
-					if err := port.SetPortGroupState(g.ID, st); err != nil {
-						errs = append(errs, fmt.Errorf("srp port %s port group %d: %w", srpKey(pt), g.ID, err))
-					}
-				}
-			}
-			ch.did("srp port group %d: %s", g.ID, st)
-		}
+		report("srp", old.SRP.PortGroups, nc.SRP.PortGroups, r.scsiDown(nc.SRP.allLUNs()))
 	}
-	return errors.Join(errs...)
+	return r.reconcileALUALocked(nc)
 }
 
 type openedNS struct {
@@ -462,7 +458,7 @@ func (r *Running) applyLocked(in *Config, starting bool) (*Changes, error) {
 			continue
 		}
 		port := r.T.Port(op.PortID)
-		if err := r.applyANA(port, &op, np, ch); err != nil {
+		if err := r.applyANA(port, old, nc, &op, np, ch); err != nil {
 			fail(err)
 			np.ANAGroups = op.ANAGroups
 		}
@@ -644,6 +640,9 @@ func (r *Running) applyLocked(in *Config, starting bool) (*Changes, error) {
 		fresh := port == nil
 		if fresh {
 			cfg, err := portConfig(np)
+			if err == nil {
+				cfg.ANAGroups, err = r.anaWant(nc, np)
+			}
 			if err == nil {
 				port, err = r.T.AddPort(cfg)
 			}
@@ -841,6 +840,7 @@ func (r *Running) applyLocked(in *Config, starting bool) (*Changes, error) {
 		fail(err)
 	}
 	r.cfg = nc
+	r.pruneFailingLocked()
 	if len(errs) > 0 {
 		return ch, fmt.Errorf("applying the configuration (what failed is left out of the model): %w", errors.Join(errs...))
 	}

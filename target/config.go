@@ -30,6 +30,10 @@ type Config struct {
 	// extensions, scsi.go).
 	ISCSI *ISCSIConfig `json:"rdisk_iscsi,omitempty"`
 	SRP   *SRPConfig   `json:"rdisk_srp,omitempty"`
+	// Gateway is how this gateway acts as one of several serving the same
+	// disks: its ANA and ALUA states following its disks' health (an
+	// rdisk extension, health.go).
+	Gateway *GatewayConfig `json:"rdisk_gateway,omitempty"`
 	// OpenDevice, if set, opens the namespaces' devices in place of the
 	// package's OpenDevice (a program that wraps or provides disks; tests).
 	// Start keeps it for later changes. Not part of the file.
@@ -399,6 +403,9 @@ func (c *Config) validate(pos *positions) error {
 					nqn, pc.PortID, cmp.Or(pc.Addr.TrAddr, "any address"))
 			}
 		}
+	}
+	if err := c.validateGateway(pos); err != nil {
+		return err
 	}
 	return c.validateSCSI(pos, subs)
 }

@@ -118,6 +118,8 @@ func FuzzParseStart(f *testing.F) {
 	f.Add(`{"subsystems":[{"nqn":"nqn.a","attr":{"allow_any_host":"1"},"namespaces":[{"nsid":4294967295,"enable":1,"device":{"path":"ram:4k"}}]}]}`)
 	f.Add(`{"ports":[{"portid":1,"addr":{"trtype":"rdma","traddr":"127.0.0.1","trsvcid":"0"},"param":{"inline_data_size":"99999"},"subsystems":[]}]}`)
 	f.Add(scsiConfig)
+	f.Add(healthConfigWith(healthGateway))
+	f.Add(healthConfigWith(`, "rdisk_gateway": {"follow_health": true, "health_interval": "90s", "health_failures": 1000}`))
 	p, _ := iwarp.New(iwarp.Config{})
 	f.Fuzz(func(t *testing.T, s string) {
 		c := fuzzConfig(s)
@@ -408,6 +410,7 @@ func FuzzApply(f *testing.F) {
 	f.Add(applyBefore, applyAfter)
 	f.Add(applyAfter, applyBefore)
 	f.Add(scsiConfig, applyAfter)
+	f.Add(healthConfigWith(healthGateway), healthConfigWith(""))
 	f.Add(strings.Replace(nvmetcliJSON, "FILE", "ram:1MiB", 1), applyBefore)
 	p, _ := iwarp.New(iwarp.Config{})
 	f.Fuzz(func(t *testing.T, a, b string) {

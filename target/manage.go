@@ -673,6 +673,10 @@ type NamespaceStatus struct {
 	// SCSI lists where the namespace is a SCSI LUN ("iscsi IQN LUN n",
 	// "srp PORT LUN n").
 	SCSI []string `json:"scsi,omitempty"`
+	// Health is what the health monitor (rdisk_gateway.follow_health)
+	// says of the disk: "ok", or "failing: WHY" while its ANA groups are
+	// held inaccessible; empty without the monitor.
+	Health string `json:"health,omitempty"`
 }
 
 // PortStatus is an NVMe-oF port of the model.
@@ -783,6 +787,12 @@ func (r *Running) Status() *Status {
 				nst.IOPath = IOPathOf(d)
 			}
 			nst.NGUID, nst.UUID, nst.ANAGroup = ids[ns.NSID][0], ids[ns.NSID][1], groups[ns.NSID]
+			if r.Monitoring() {
+				nst.Health = "ok"
+				if why, bad := r.failing[k]; bad {
+					nst.Health = "failing: " + why
+				}
+			}
 			st.Namespaces = append(st.Namespaces, nst)
 		}
 	}

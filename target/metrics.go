@@ -1,6 +1,7 @@
 package target
 
 import (
+	"maps"
 	"net"
 	"strconv"
 	"strings"
@@ -67,6 +68,9 @@ var (
 		"An NVMe-oF port of the model: 1 listening, 0 disabled.", []string{"port", "trtype", "addr"}, nil)
 	descANAState = prometheus.NewDesc("rdisk_ana_group_state",
 		"The ANA state of a group on an NVMe-oF port (1 for the state it is in).", []string{"port", "group", "state"}, nil)
+	descNSHealthy = prometheus.NewDesc("rdisk_namespace_healthy",
+		"With rdisk_gateway.follow_health: 1 while a namespace's disk is healthy, 0 while it fails and its ANA groups are held inaccessible.",
+		[]string{"subsystem", "nsid"}, nil)
 	descNSInFlight = prometheus.NewDesc("rdisk_namespace_inflight",
 		"Requests in flight on a namespace's disk.", []string{"subsystem", "nsid"}, nil)
 	descNSErrors = prometheus.NewDesc("rdisk_namespace_errors_total",
@@ -125,6 +129,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for k, d := range r.disks {
 		disks[k] = d
 	}
+	failing := maps.Clone(r.failing)
 	lus := make(map[nsKey]*scsi.LU, len(r.lus))
 	for k, lu := range r.lus {
 		lus[k] = lu
@@ -140,6 +145,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descNSInfo, prometheus.GaugeValue, 1, s.NQN, nsid, ns.Device.Path,
 				strconv.FormatBool(ns.Enable != 0), strconv.FormatBool(d.ReadOnly()))
 			ch <- prometheus.MustNewConstMetric(descNSSize, prometheus.GaugeValue, float64(d.Size()), s.NQN, nsid)
+			if r.Monitoring() {
+				healthy := 1.0
+				if _, bad := failing[nsKey{s.NQN, ns.NSID}]; bad {
+					healthy = 0
+				}
+				ch <- prometheus.MustNewConstMetric(descNSHealthy, prometheus.GaugeValue, healthy, s.NQN, nsid)
+			}
 			if sr, ok := d.(backstore.StatsReporter); ok {
 				collectDiskStats(ch, sr.Stats(), s.NQN, nsid)
 			}

@@ -60,6 +60,11 @@ type Running struct {
 	subs  map[string]*nvmet.Subsystem
 	disks map[nsKey]backstore.Disk
 	lus   map[nsKey]*scsi.LU
+	// failing are the namespaces the health monitor holds failing, with
+	// why (health.go); monitorDone is closed when the monitor ends (nil:
+	// no monitor, rdisk_gateway.follow_health off).
+	failing     map[nsKey]string
+	monitorDone chan struct{}
 }
 
 // Disks returns the disks of the served namespaces, in configuration
@@ -82,6 +87,9 @@ func (r *Running) Disks() []backstore.Disk {
 func (r *Running) Close() error {
 	if r.cancel != nil {
 		r.cancel()
+	}
+	if r.monitorDone != nil {
+		<-r.monitorDone
 	}
 	if r.ISCSI != nil {
 		r.ISCSI.Close()
@@ -122,7 +130,7 @@ func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (
 		}
 	}
 	r := &Running{T: t, p: p, open: open, log: log, hook: hook, cfg: &Config{},
-		subs: map[string]*nvmet.Subsystem{}, disks: map[nsKey]backstore.Disk{}, lus: map[nsKey]*scsi.LU{}}
+		subs: map[string]*nvmet.Subsystem{}, disks: map[nsKey]backstore.Disk{}, lus: map[nsKey]*scsi.LU{}, failing: map[nsKey]string{}}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -154,6 +162,7 @@ func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (
 	if err := r.listenSCSI(); err != nil {
 		return nil, err
 	}
+	r.startMonitor()
 	return r, nil
 }
 
