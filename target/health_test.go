@@ -23,10 +23,16 @@ type flakyDisk struct {
 	*backstore.Mem
 	err    atomic.Pointer[error]
 	probes atomic.Int64
+	// hang, while set, is a channel Health waits on (a store that does
+	// not answer).
+	hang atomic.Pointer[chan struct{}]
 }
 
 func (d *flakyDisk) Health() (backstore.Health, error) {
 	d.probes.Add(1)
+	if h := d.hang.Load(); h != nil {
+		<-*h
+	}
 	if e := d.err.Load(); e != nil {
 		return backstore.Health{}, *e
 	}
@@ -181,6 +187,21 @@ func TestHealthFollow(t *testing.T) {
 	disk("disk2").fail(fmt.Errorf("rbd img: pool stats: %w", backstore.ErrTimeout))
 	want(2, blockdev.AccessInaccessible)
 	want(1, blockdev.AccessOptimized)
+	anaLog := func() string {
+		t.Helper()
+		l, err := ctrl.ANALog(ctx, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, g := range l.Groups {
+			fmt.Fprintf(&b, "%d=%s%v ", g.GroupID, g.State, g.NSIDs)
+		}
+		return strings.TrimSpace(b.String())
+	}
+	if got := anaLog(); got != "1=optimized[1] 2=inaccessible[2]" {
+		t.Fatalf("ANA log page %q", got)
+	}
 	buf := make([]byte, 4096)
 	if _, err := blockdev.ReadAt(ns[2], buf, 0); !errors.Is(err, blockdev.ErrPath) {
 		t.Fatalf("read from a failing gateway's group: %v, want ErrPath", err)
@@ -247,6 +268,9 @@ func TestHealthFollow(t *testing.T) {
 	// The store is back: the operator's states.
 	disk("disk2").fail(nil)
 	want(2, blockdev.AccessNonOptimized)
+	if got := anaLog(); got != "1=optimized[1] 2=non-optimized[2]" {
+		t.Fatalf("ANA log page after recovery %q", got)
+	}
 	if _, err := blockdev.ReadAt(ns[2], buf, 0); err != nil {
 		t.Fatalf("read after recovery: %v", err)
 	}
@@ -408,4 +432,34 @@ func TestHealthProbe(t *testing.T) {
 			t.Errorf("Health error %v: probe %v", tc.err, got)
 		}
 	}
+}
+
+// TestHealthHungProbe: a health check that does not answer within the
+// interval fails (and no second check piles up behind it); when it
+// answers again the namespace recovers; Close does not wait for a check
+// that hangs.
+func TestHealthHungProbe(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	again := make(chan struct{})
+	t.Cleanup(func() { close(again) }) // after run.Close: Close must not wait for it
+	run, _, disk := startFlaky(t, healthConfigWith(healthGateway))
+	disk("disk2").hang.Store(&release)
+	waitFor(t, "group 2 inaccessible", func() bool { return run.Status().Ports[0].ANA[2] == "inaccessible" })
+	if h := run.NamespaceHealth("nqn.2026-12.io.rdisk:a", 2); !strings.Contains(h, "did not answer within 20ms") {
+		t.Fatalf("health %q", h)
+	}
+	n := disk("disk2").probes.Load()
+	time.Sleep(100 * time.Millisecond)
+	if m := disk("disk2").probes.Load(); m != n {
+		t.Fatalf("%d more health checks started behind a hung one", m-n)
+	}
+	disk("disk2").hang.Store(nil)
+	once.Do(func() { close(release) })
+	waitFor(t, "group 2 optimized", func() bool { return run.Status().Ports[0].ANA[2] == "optimized" })
+	// Hung again, and left hanging for Close.
+	disk("disk2").hang.Store(&again)
+	waitFor(t, "group 2 inaccessible again", func() bool { return run.Status().Ports[0].ANA[2] == "inaccessible" })
 }
