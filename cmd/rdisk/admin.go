@@ -287,6 +287,9 @@ func printStatus(out io.Writer, st *target.Status) {
 		if n.ReadOnly {
 			state += ",read-only"
 		}
+		if strings.HasPrefix(n.Health, "failing") {
+			state += ",failing" // why in --json
+		}
 		if n.IOPath != "" {
 			path, _, _ := strings.Cut(n.IOPath, ":") // why in --json
 			state += ",io=" + path

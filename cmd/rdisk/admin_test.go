@@ -544,3 +544,21 @@ func TestTargetSIGTERM(t *testing.T) {
 	}
 	t.Logf("%d flushed blocks verified", last)
 }
+
+// TestPrintStatusStates: the status table's STATE column carries the
+// disk's I/O path and a failing health (their reasons are in --json).
+func TestPrintStatusStates(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	printStatus(&b, &target.Status{Namespaces: []target.NamespaceStatus{
+		{Subsystem: "nqn.a", NSID: 1, Device: "/dev/loop0", Enabled: true, IOPath: "io_uring", Health: "ok"},
+		{Subsystem: "nqn.a", NSID: 2, Device: "/srv/f", Enabled: true, ReadOnly: true, IOPath: "sync: io_uring turned off by the options", Health: "failing: timeout"},
+		{Subsystem: "nqn.a", NSID: 3, Device: "ram:1MiB", Enabled: false},
+	}})
+	out := b.String()
+	for _, want := range []string{"enabled,io=io_uring ", "enabled,read-only,failing,io=sync ", "disabled "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status table lacks %q:\n%s", want, out)
+		}
+	}
+}
