@@ -200,8 +200,16 @@ func TestRefusalsCountedAndLogged(t *testing.T) {
 	if ms := gather(t, col, "rdisk_nvme_connect_rejected_total", map[string]string{"reason": "host_not_allowed"}); len(ms) != 1 || ms[0].GetCounter().GetValue() != 1 {
 		t.Fatalf("NVMe-oF refusals: %v", ms)
 	}
-	if ms := gather(t, col, "rdisk_port_connections_rejected_total", map[string]string{"transport": "iscsi", "reason": "forbidden"}); len(ms) != 1 || ms[0].GetCounter().GetValue() != 1 {
-		t.Fatalf("iSCSI refusals: %v", ms)
+	// The target counts and logs an iSCSI refusal once the Login Reject
+	// is sent, which the initiator may see first: wait for the count.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		ms := gather(t, col, "rdisk_port_connections_rejected_total", map[string]string{"transport": "iscsi", "reason": "forbidden"})
+		if len(ms) == 1 && ms[0].GetCounter().GetValue() == 1 {
+			break
+		}
+		if len(ms) > 1 || (len(ms) == 1 && ms[0].GetCounter().GetValue() > 1) || time.Now().After(deadline) {
+			t.Fatalf("iSCSI refusals: %v", ms)
+		}
 	}
 	if l := logs.lines("level=WARN", stranger, "peer=127.0.0.1:"); len(l) != 1 {
 		t.Fatalf("NVMe-oF refusal log lines: %q\n%s", l, logs.lines())
