@@ -161,18 +161,19 @@ func (p *Port) newRDMAQueue(f nvmeof.CMRequestFields) (*rdmaQueue, error) {
 		return nil, err
 	}
 	q.tq = tq
-	for i := range tq.Slots() {
-		tq.Slot(i).R.id = i
-	}
 	return q, nil
 }
+
+// InitSlot implements rdmaq.SlotIniter: slots are allocated as the
+// requests in flight need them.
+func (q *rdmaQueue) InitSlot(s *rdmaq.Slot[rdmaReq]) { s.R.id = s.Index() }
 
 // close releases the queue once its connection ended: workers first (they
 // may still post), then the RDMA resources.
 func (q *rdmaQueue) close() {
 	q.sq.close()
-	for i := range q.tq.Slots() {
-		q.tq.Slot(i).R.abandon()
+	for s := range q.tq.Allocated() {
+		s.R.abandon()
 	}
 	q.tq.Close()
 }

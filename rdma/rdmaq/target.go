@@ -3,7 +3,9 @@ package rdmaq
 import (
 	"context"
 	"fmt"
+	"iter"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/rdma"
@@ -43,7 +45,9 @@ type TargetConfig struct {
 	AlignAt int
 	// Slots is the number of request slots; default 2*Recvs: a response
 	// holds its slot until its send completes, and the peer, whose credit
-	// it already returned, may send the next request first.
+	// it already returned, may send the next request first. Slots are
+	// allocated chunkSlots at a time as the requests in flight need them
+	// (or Slot asks for one), so an idle queue holds a few.
 	Slots int
 	// RespLen is the size of each slot's response buffer.
 	RespLen int
@@ -109,6 +113,16 @@ type TargetHandler[R any] interface {
 	CtlSent(i int) error
 }
 
+// SlotIniter is optionally implemented by a TargetHandler that sets up each
+// slot's protocol state once, when the queue allocates the slot (slots are
+// allocated in chunks as the requests in flight grow, or when Slot asks
+// for one not allocated yet), before the slot is used. It runs with the
+// queue's allocation lock held: it may use the slot's own methods, not the
+// queue's.
+type SlotIniter[R any] interface {
+	InitSlot(s *Slot[R])
+}
+
 // Batcher is optionally implemented by a TargetHandler that wants a call
 // after each batch of completions, before the queue waits for more (the
 // iSCSI connection runs the commands it queued for itself there).
@@ -138,7 +152,12 @@ type TargetQueue[R any] struct {
 	respLen  int // bytes per response buffer
 	ctl      ctlBuffers
 	implicit rdma.MR
-	slots    []Slot[R]
+
+	// Slots, chunkSlots per chunk, allocated on demand: a chunk never
+	// moves once allocated, so *Slot pointers stay valid.
+	chunks []atomic.Pointer[slotChunk[R]]
+	growMu sync.Mutex // serializes chunk allocation
+	initer SlotIniter[R]
 
 	// Completion loop state (Run's goroutine only).
 	rwr      rdma.RecvWR
@@ -146,10 +165,18 @@ type TargetQueue[R any] struct {
 	wcs      []rdma.WC
 	admitted bool
 
-	mu      sync.Mutex // guards free and pending
+	mu      sync.Mutex // guards free, pending and freed
 	free    []int32
 	pending []Msg
+	freed   int // slots [0, freed) have been put on the free list
 }
+
+// chunkSlots is the unit of slot allocation: a few slots, so that an idle
+// queue holds one chunk and a busy one grows, without moving any slot, to
+// its high-water mark of requests in flight.
+const chunkSlots = 8
+
+type slotChunk[R any] [chunkSlots]Slot[R]
 
 // Slot is one request context of a TargetQueue: the protocol's request
 // state R, the receive buffer it holds, a registered data buffer and a
@@ -245,15 +272,13 @@ func NewTargetQueue[R any](cfg TargetConfig, h TargetHandler[R]) (*TargetQueue[R
 	if err := q.ctl.init(q.pd, cfg.Ctl, cfg.CtlLen); err != nil {
 		return fail("setting up", err)
 	}
-	q.slots = make([]Slot[R], cfg.Slots)
+	q.initer, _ = h.(SlotIniter[R])
+	q.chunks = make([]atomic.Pointer[slotChunk[R]], (cfg.Slots+chunkSlots-1)/chunkSlots)
 	q.free = make([]int32, 0, cfg.Slots)
 	q.pending = make([]Msg, 0, cfg.Recvs)
-	for i := range q.slots {
-		s := &q.slots[i]
-		s.q, s.idx, s.recv = q, i, -1
-		s.resp = q.respBuf[i*q.respLen : i*q.respLen+cfg.RespLen : i*q.respLen+cfg.RespLen]
-		q.free = append(q.free, int32(cfg.Slots-1-i))
-	}
+	q.mu.Lock()
+	q.growLocked()
+	q.mu.Unlock()
 	for i := range cfg.Recvs {
 		if err := q.postRecv(&q.rwr, &q.rsge, i); err != nil {
 			return fail("posting receives", err)
@@ -275,13 +300,87 @@ func (q *TargetQueue[R]) PD() rdma.PD { return q.pd }
 // provider has none.
 func (q *TargetQueue[R]) Implicit() rdma.MR { return q.implicit }
 
-// Slots returns the queue's slots, for protocols that keep their own
-// allocation (iSCSI's task slots) or look at every request (SRP task
-// management). Read the protocol state under the protocol's own lock.
-func (q *TargetQueue[R]) Slots() []Slot[R] { return q.slots }
+// Slots returns the number of slots (TargetConfig.Slots): Slot takes
+// 0 <= i < Slots(). Protocols that keep their own allocation (iSCSI's task
+// slots) use any of them; to look at every request (SRP task management,
+// teardown), range over Allocated instead, which does not allocate. Read
+// the protocol state under the protocol's own lock.
+func (q *TargetQueue[R]) Slots() int { return q.cfg.Slots }
 
-// Slot returns slot i.
-func (q *TargetQueue[R]) Slot(i int) *Slot[R] { return &q.slots[i] }
+// Slot returns slot i, allocating its chunk if no request has used one of
+// its slots yet. Safe from any goroutine.
+func (q *TargetQueue[R]) Slot(i int) *Slot[R] {
+	if uint(i) >= uint(q.cfg.Slots) {
+		panic(fmt.Sprintf("rdmaq: slot %d of %d", i, q.cfg.Slots))
+	}
+	if c := q.chunks[i/chunkSlots].Load(); c != nil {
+		return &c[i%chunkSlots]
+	}
+	return &q.chunk(i / chunkSlots)[i%chunkSlots]
+}
+
+// Allocated yields the slots allocated so far (a request may have used
+// them), in index order, without allocating any. Safe from any goroutine;
+// a chunk allocated during the iteration may be left out.
+func (q *TargetQueue[R]) Allocated() iter.Seq[*Slot[R]] {
+	return func(yield func(*Slot[R]) bool) {
+		for ci := range q.chunks {
+			c := q.chunks[ci].Load()
+			if c == nil {
+				continue
+			}
+			for j := range min(chunkSlots, q.cfg.Slots-ci*chunkSlots) {
+				if !yield(&c[j]) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// chunk returns chunk ci, allocating it first if needed.
+func (q *TargetQueue[R]) chunk(ci int) *slotChunk[R] {
+	q.growMu.Lock()
+	defer q.growMu.Unlock()
+	if c := q.chunks[ci].Load(); c != nil {
+		return c
+	}
+	c := new(slotChunk[R])
+	n := min(chunkSlots, q.cfg.Slots-ci*chunkSlots)
+	for j := range c[:n] {
+		s, i := &c[j], ci*chunkSlots+j
+		s.q, s.idx, s.recv = q, i, -1
+		s.resp = q.respBuf[i*q.respLen : i*q.respLen+q.cfg.RespLen : i*q.respLen+q.cfg.RespLen]
+		if q.initer != nil {
+			q.initer.InitSlot(s)
+		}
+	}
+	q.chunks[ci].Store(c)
+	return c
+}
+
+// growLocked puts the next chunk's slots on the free list, allocating the
+// chunk if no Slot call did; it reports whether there was one. Caller
+// holds mu.
+func (q *TargetQueue[R]) growLocked() bool {
+	if q.freed >= q.cfg.Slots {
+		return false
+	}
+	ci := q.freed / chunkSlots
+	q.chunk(ci)
+	n := min(chunkSlots, q.cfg.Slots-q.freed)
+	for i := q.freed + n - 1; i >= q.freed; i-- {
+		q.free = append(q.free, int32(i))
+	}
+	q.freed += n
+	return true
+}
+
+// slot returns allocated slot i (the completion loop's lookup of a work
+// request's slot, which a request used, so its chunk is allocated).
+func (q *TargetQueue[R]) slot(i int) *Slot[R] {
+	return &q.chunks[i/chunkSlots].Load()[i%chunkSlots]
+}
 
 // Index returns the slot's index.
 func (s *Slot[R]) Index() int { return s.idx }
@@ -365,12 +464,13 @@ func (q *TargetQueue[R]) Admit(m Msg) error {
 	q.admitted = true
 	q.mu.Lock()
 	n := len(q.free)
-	if n == 0 {
+	if n == 0 && (len(q.pending) > 0 || !q.growLocked()) {
 		q.pending = append(q.pending, m)
 		q.mu.Unlock()
 		return nil
 	}
-	s := &q.slots[q.free[n-1]]
+	n = len(q.free)
+	s := q.slot(int(q.free[n-1]))
 	q.free = q.free[:n-1]
 	q.mu.Unlock()
 	s.owned = true
@@ -533,11 +633,11 @@ func (q *TargetQueue[R]) complete(wc *rdma.WC) error {
 			return q.postRecv(&q.rwr, &q.rsge, idx)
 		}
 	case kindSend:
-		s := &q.slots[idx]
+		s := q.slot(idx)
 		q.h.Sent(s)
 		return q.Free(s)
 	case kindRead:
-		s := &q.slots[idx]
+		s := q.slot(idx)
 		if s.reads--; s.reads == 0 {
 			return q.h.Fetched(s)
 		}
@@ -561,10 +661,10 @@ func (q *TargetQueue[R]) Close() {
 	if q.qp != nil {
 		q.qp.Close()
 	}
-	for i := range q.slots {
-		if mr := q.slots[i].dataMR; mr != nil {
+	for s := range q.Allocated() {
+		if mr := s.dataMR; mr != nil {
 			mr.Deregister()
-			q.slots[i].dataMR = nil
+			s.dataMR = nil
 		}
 	}
 	for _, mr := range []*rdma.MR{&q.recvMR, &q.respMR, &q.ctl.mr, &q.implicit} {

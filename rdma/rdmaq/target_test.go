@@ -42,6 +42,7 @@ type testHandler struct {
 	held   map[uint32]*Slot[testReq]
 	ctls   int
 	sent   int
+	inits  map[int]int // InitSlot calls per slot
 }
 
 func (h *testHandler) Recv(m Msg) error {
@@ -396,5 +397,97 @@ func TestTargetQueueLayouts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// InitSlot implements SlotIniter: it counts the slots set up, once each.
+func (h *testHandler) InitSlot(s *Slot[testReq]) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.inits == nil {
+		h.inits = map[int]int{}
+	}
+	h.inits[s.Index()]++
+}
+
+func allocated[R any](q *TargetQueue[R]) (n int) {
+	for range q.Allocated() {
+		n++
+	}
+	return n
+}
+
+// TestTargetQueueSlotsGrow: a queue allocates its slots a chunk at a time
+// as the requests in flight grow, and stops at their high-water mark:
+// rounds of as many requests again allocate nothing more, and a slot
+// never moves.
+func TestTargetQueueSlotsGrow(t *testing.T) {
+	t.Parallel()
+	hs, h := setup(t, TargetConfig{Recvs: 32, RecvLen: 256, RespLen: 8})
+	q := h.q
+	if q.Slots() != 64 {
+		t.Fatalf("%d slots, want 2*Recvs = 64", q.Slots())
+	}
+	if n := allocated(q); n != chunkSlots {
+		t.Fatalf("idle queue: %d slots allocated, want one chunk (%d)", n, chunkSlots)
+	}
+	first := q.Slot(0)
+	const inFlight = 2*chunkSlots + 3
+	want := (inFlight + chunkSlots - 1) / chunkSlots * chunkSlots
+	tag := uint32(0)
+	for round := range 10 {
+		for i := range inFlight {
+			hs.send(i, opHold, 0, tag+uint32(i), nil)
+		}
+		waitFor(t, func() bool {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return len(h.held) == inFlight
+		})
+		if n := allocated(q); n != want {
+			t.Fatalf("round %d: %d requests in flight on %d slots, want %d", round, inFlight, n, want)
+		}
+		h.mu.Lock()
+		for _, s := range h.held {
+			if s.Index() >= want {
+				h.mu.Unlock()
+				t.Fatalf("round %d: a request on slot %d, beyond the %d allocated", round, s.Index(), want)
+			}
+		}
+		h.mu.Unlock()
+		for i := range inFlight {
+			if err := h.release(tag + uint32(i)); err != nil {
+				t.Fatal(err)
+			}
+			hs.response()
+		}
+		tag += inFlight
+		// Slots free once their response Send completed.
+		waitFor(t, func() bool {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			return len(q.free) == want
+		})
+	}
+	if q.Slot(0) != first {
+		t.Fatal("slot 0 moved")
+	}
+	// Slot allocates the chunk of a slot no request used yet, once.
+	last := q.Slot(q.Slots() - 1)
+	if last.Index() != q.Slots()-1 || q.Slot(q.Slots()-1) != last {
+		t.Fatalf("Slot(%d) is slot %d", q.Slots()-1, last.Index())
+	}
+	if n := allocated(q); n != want+chunkSlots {
+		t.Fatalf("%d slots allocated after Slot(%d), want %d", n, q.Slots()-1, want+chunkSlots)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, n := range h.inits {
+		if n != 1 {
+			t.Fatalf("slot %d set up %d times", i, n)
+		}
+	}
+	if len(h.inits) != want+chunkSlots {
+		t.Fatalf("%d slots set up, want %d", len(h.inits), want+chunkSlots)
 	}
 }
