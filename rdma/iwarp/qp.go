@@ -73,10 +73,15 @@ type qp struct {
 
 	// Send queue: entries [sqHead, sqTail) are outstanding; [sqHead,
 	// sqTx) were handed to the transmitter; indexes grow without bound and
-	// are taken modulo len(sq).
-	sq                   []sendWQE
+	// are taken modulo len(sq). The ring holds the outstanding WQEs, which
+	// come from sqFree: WQEs are allocated sqChunk at a time as the work
+	// requests outstanding grow, so an idle QP keeps a few, and a WQE
+	// never moves.
+	sq                   []*sendWQE
 	sqHead, sqTx, sqTail uint64
-	orq                  []uint64 // ring: SQ indexes of Read Requests awaiting responses
+	sqFree               []*sendWQE
+	sqAlloc              int      // WQEs allocated
+	orq                  []uint64 // ring: SQ indexes of Read Requests awaiting responses (sized at bind: the ORD)
 	orqHead, orqTail     uint64
 	readsOut             int
 
@@ -127,15 +132,13 @@ func newQP(d *pd, cfg rdma.QPConfig) (*qp, error) {
 		maxSGE: [2]int{ss, rs},
 		done:   make(chan struct{}), txWake: make(chan struct{}, 1), rxFirst: make(chan struct{}),
 		rxExited: make(chan struct{}), txExited: make(chan struct{}),
-		sq: make([]sendWQE, sw), rq: make([]recvWQE, rw),
+		sq: make([]*sendWQE, sw), sqFree: make([]*sendWQE, 0, sw), rq: make([]recvWQE, rw),
 	}
-	for i := range q.sq {
-		q.sq[i].mem = make([][]byte, 0, ss)
-	}
+	// One backing array for every receive WQE's scatter list.
+	rmem := make([][]byte, rw*rs)
 	for i := range q.rq {
-		q.rq[i].mem = make([][]byte, 0, rs)
+		q.rq[i].mem = rmem[i*rs : i*rs : (i+1)*rs]
 	}
-	q.orq = make([]uint64, sw)
 	q.tx.init(d.p.cfg.MaxFPDUPayload, ss)
 	q.rx.init()
 	return q, nil
@@ -197,6 +200,9 @@ func (q *qp) bind(c net.Conn, passive, crc bool, ird, ord int, rtr rtrMode) erro
 	}
 	q.rx.rv.Init(c)
 	q.irq = make([]irqEntry, max(ird, 1))
+	// Read Requests outstanding are at most ord (the transmitter holds the
+	// next back) and at most the send queue's WQEs.
+	q.orq = make([]uint64, max(min(ord, len(q.sq)), 1))
 	q.state = rdma.QPConnected
 	if !passive {
 		close(q.rxFirst)
@@ -242,7 +248,11 @@ func (q *qp) PostSend(wr *rdma.SendWR) error {
 	if q.sqTail-q.sqHead >= uint64(len(q.sq)) {
 		return rdma.ErrQueueFull
 	}
-	w := &q.sq[q.sqTail%uint64(len(q.sq))]
+	if len(q.sqFree) == 0 {
+		q.growSQ()
+	}
+	// Taken off the free list once the post succeeds.
+	w := q.sqFree[len(q.sqFree)-1]
 	w.wr = *wr
 	w.wr.SGL = nil
 	w.mem = w.mem[:0]
@@ -274,9 +284,29 @@ func (q *qp) PostSend(wr *rdma.SendWR) error {
 			w.sinkTO = wr.SGL[0].MR.VA() + uint64(wr.SGL[0].Offset)
 		}
 	}
+	q.sqFree = q.sqFree[:len(q.sqFree)-1]
+	q.sq[q.sqTail%uint64(len(q.sq))] = w
 	q.sqTail++
 	q.wakeTx()
 	return nil
+}
+
+// sqChunk is how many send WQEs the send queue allocates at a time.
+const sqChunk = 8
+
+// growSQ allocates send WQEs onto the free list: the outstanding ones
+// never exceed len(sq), and the free list is empty only when all
+// allocated are outstanding. Caller holds mu.
+func (q *qp) growSQ() {
+	n := min(sqChunk, len(q.sq)-q.sqAlloc)
+	ss := q.maxSGE[0]
+	ws := make([]sendWQE, n)
+	mem := make([][]byte, n*ss)
+	for i := range ws {
+		ws[i].mem = mem[i*ss : i*ss : (i+1)*ss]
+		q.sqFree = append(q.sqFree, &ws[i])
+	}
+	q.sqAlloc += n
 }
 
 func (q *qp) PostRecv(wr *rdma.RecvWR) error {
@@ -307,10 +337,13 @@ func (q *qp) PostRecv(wr *rdma.RecvWR) error {
 	return nil
 }
 
-// retireLocked completes finished send WQEs in order. Caller holds mu.
+// retireLocked completes finished send WQEs in order: those handed to the
+// transmitter (which may still look at the others), or after the flush,
+// all. A retired WQE goes back to the free list. Caller holds mu.
 func (q *qp) retireLocked() {
-	for q.sqHead < q.sqTail {
-		w := &q.sq[q.sqHead%uint64(len(q.sq))]
+	for q.sqHead < q.sqTail && (q.sqHead < q.sqTx || q.flushed) {
+		at := &q.sq[q.sqHead%uint64(len(q.sq))]
+		w := *at
 		if !w.done {
 			return
 		}
@@ -319,6 +352,8 @@ func (q *qp) retireLocked() {
 			q.sendCQ.push(&wc)
 		}
 		w.mem = w.mem[:0]
+		*at = nil
+		q.sqFree = append(q.sqFree, w)
 		q.sqHead++
 	}
 }
@@ -372,7 +407,7 @@ func (q *qp) flush() {
 	}
 	q.flushed = true
 	for i := q.sqHead; i < q.sqTail; i++ {
-		w := &q.sq[i%uint64(len(q.sq))]
+		w := q.sq[i%uint64(len(q.sq))]
 		if !w.done {
 			w.done = true
 			w.status = rdma.StatusFlushed

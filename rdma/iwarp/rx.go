@@ -23,7 +23,12 @@ import (
 //   - after a large FPDU the next read takes at most rxTailSize bytes (the
 //     trailer and the next headers), so at most that much of the following
 //     large payload is copied and the rest lands in place.
+//
+// The buffer starts at rxBufStart bytes and grows to rxBufSize the first
+// time a read fills it (more was waiting): an idle or lightly used QP keeps
+// a small one.
 const (
+	rxBufStart     = 2 << 10
 	rxBufSize      = 16 << 10
 	rxTailSize     = 512
 	rxSmallPayload = 8 << 10
@@ -45,6 +50,8 @@ type rxState struct {
 	wake bool
 	// lastLarge: the previous FPDU carried more than rxSmallPayload bytes.
 	lastLarge bool
+	// grow: a read filled the (small) buffer; the next one gets rxBufSize.
+	grow bool
 
 	recvStatus rdma.Status
 	failedRecv uint64
@@ -73,7 +80,7 @@ func (r *rxState) publish() {
 }
 
 func (r *rxState) init() {
-	r.buf = make([]byte, rxBufSize)
+	r.buf = make([]byte, rxBufStart)
 	r.tab = crc32.MakeTable(crc32.Castagnoli)
 	r.expMSN = [2]uint32{1, 1}
 	r.first = true
@@ -96,7 +103,12 @@ func (q *qp) ensure(n int) error {
 		q.wakeTx()
 	}
 	x.publish()
-	if x.r > 0 {
+	if x.grow {
+		x.grow = false
+		b := make([]byte, rxBufSize)
+		x.w = copy(b, x.buf[x.r:x.w])
+		x.buf, x.r = b, 0
+	} else if x.r > 0 {
 		copy(x.buf, x.buf[x.r:x.w])
 		x.w -= x.r
 		x.r = 0
@@ -108,6 +120,9 @@ func (q *qp) ensure(n int) error {
 	for x.w < n {
 		k, err := q.conn.Read(x.buf[x.w:max(limit, n)])
 		x.w += k
+		if x.w == len(x.buf) && len(x.buf) < rxBufSize {
+			x.grow = true
+		}
 		if err != nil && x.w < n {
 			return err
 		}
@@ -149,6 +164,9 @@ func (q *qp) readRest(dst []byte) error {
 	x.r, x.w = 0, 0
 	n, err := x.rv.Fill(dst, x.buf, rxSmallPayload, rxTailSize)
 	x.w = n
+	if n == len(x.buf) && len(x.buf) < rxBufSize {
+		x.grow = true
+	}
 	return err
 }
 
@@ -353,7 +371,7 @@ func (q *qp) rxReadResp(stag uint32, to uint64, payload int, last bool) error {
 		return rxTerm(termLayerRDMAP, rdmapETypeRemoteOp, rdmapECodeOpcode, "Read Response with no Read Request outstanding")
 	}
 	idx := q.orq[q.orqHead%uint64(len(q.orq))]
-	w := &q.sq[idx%uint64(len(q.sq))]
+	w := q.sq[idx%uint64(len(q.sq))]
 	q.mu.Unlock()
 	if stag != w.sinkSTag || to != w.sinkTO+uint64(w.placed) || payload > w.length-w.placed {
 		return rxTerm(termLayerDDP, ddpETypeTagged, ddpECodeTBaseBounds,
@@ -494,7 +512,7 @@ func (q *qp) rxTerminate(qn uint32, payload int) error {
 	// The rest (offending headers) is informational; the connection ends.
 	q.mu.Lock()
 	if q.sqHead < q.sqTail {
-		w := &q.sq[q.sqHead%uint64(len(q.sq))]
+		w := q.sq[q.sqHead%uint64(len(q.sq))]
 		if !w.done {
 			w.done = true
 			w.status = termStatus(te)

@@ -260,7 +260,7 @@ func (q *qp) buildBatch() bool {
 		q.irq[q.irqHead%uint64(len(q.irq))] = irqEntry{}
 	}
 	for t.sqTo < q.sqTail && t.room(q.maxSGE[0]) {
-		w := &q.sq[t.sqTo%uint64(len(q.sq))]
+		w := q.sq[t.sqTo%uint64(len(q.sq))]
 		if w.wr.Flags&rdma.Fence != 0 && q.readsOut > 0 {
 			break
 		}
@@ -361,7 +361,7 @@ func (q *qp) finishBatch() {
 	defer q.mu.Unlock()
 	for ; q.sqTx < t.sqTo; q.sqTx++ {
 		idx := q.sqTx
-		w := &q.sq[idx%uint64(len(q.sq))]
+		w := q.sq[idx%uint64(len(q.sq))]
 		if w.wr.Op == rdma.OpRDMARead {
 			continue // done when its response has arrived
 		}
