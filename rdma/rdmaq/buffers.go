@@ -3,10 +3,25 @@ package rdmaq
 import (
 	"fmt"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/rdma"
 )
+
+// pageBuffer returns n zeroed bytes starting on a page boundary. Go places
+// a power-of-two allocation of a page or more, and any allocation larger
+// than its small size classes, on a page boundary already: those need none
+// of the extra page backstore.AlignedBuffer adds (it doubles a 4 KiB data
+// buffer), which stays the fallback.
+func pageBuffer(n int) []byte {
+	if n >= pageSize && (n&(n-1) == 0 || n > 32<<10) {
+		if b := make([]byte, n); uintptr(unsafe.Pointer(unsafe.SliceData(b)))%pageSize == 0 {
+			return b
+		}
+	}
+	return backstore.AlignedBuffer(n, pageSize)
+}
 
 // ctlBuffers are a queue's control buffers: messages that belong to no
 // request, each sent from its own registered buffer with its own work
@@ -30,7 +45,7 @@ func (c *ctlBuffers) init(pd rdma.PD, n, size int) error {
 		return nil
 	}
 	c.n, c.len = size, roundUp(max(size, 1), 64)
-	c.buf = backstore.AlignedBuffer(n*c.len, pageSize)
+	c.buf = pageBuffer(n * c.len)
 	mr, err := pd.RegisterMemory(c.buf, rdma.AccessLocalWrite)
 	if err != nil {
 		return fmt.Errorf("registering control buffers: %w", err)

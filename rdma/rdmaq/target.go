@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/rdma"
 )
 
@@ -252,20 +251,20 @@ func NewTargetQueue[R any](cfg TargetConfig, h TargetHandler[R]) (*TargetQueue[R
 	case cfg.SplitAt > 0:
 		// Every data area (page aligned), then every header.
 		q.dataLen = roundUp(max(cfg.RecvLen-cfg.SplitAt, 0), pageSize)
-		q.recvBuf = backstore.AlignedBuffer(cfg.Recvs*(q.dataLen+cfg.SplitAt), pageSize)
+		q.recvBuf = pageBuffer(cfg.Recvs * (q.dataLen + cfg.SplitAt))
 	case cfg.AlignAt > 0:
 		q.pad = (pageSize - cfg.AlignAt%pageSize) % pageSize
 		q.stride = roundUp(q.pad+cfg.RecvLen, pageSize)
-		q.recvBuf = backstore.AlignedBuffer(cfg.Recvs*q.stride, pageSize)
+		q.recvBuf = pageBuffer(cfg.Recvs * q.stride)
 	default:
 		q.stride = roundUp(cfg.RecvLen, 64)
-		q.recvBuf = backstore.AlignedBuffer(cfg.Recvs*q.stride, pageSize)
+		q.recvBuf = pageBuffer(cfg.Recvs * q.stride)
 	}
 	if q.recvMR, err = q.pd.RegisterMemory(q.recvBuf, rdma.AccessLocalWrite); err != nil {
 		return fail("registering receive buffers", err)
 	}
 	q.respLen = roundUp(max(cfg.RespLen, 1), 64)
-	q.respBuf = backstore.AlignedBuffer(cfg.Slots*q.respLen, pageSize)
+	q.respBuf = pageBuffer(cfg.Slots * q.respLen)
 	if q.respMR, err = q.pd.RegisterMemory(q.respBuf, rdma.AccessLocalWrite); err != nil {
 		return fail("registering response buffers", err)
 	}
@@ -412,7 +411,7 @@ func (s *Slot[R]) EnsureData(n int) ([]byte, error) {
 		size <<= 1
 	}
 	size = min(size, s.q.cfg.MaxData)
-	buf := backstore.AlignedBuffer(size, pageSize)
+	buf := pageBuffer(size)
 	mr, err := s.q.pd.RegisterMemory(buf, rdma.AccessLocalWrite)
 	if err != nil {
 		return nil, fmt.Errorf("rdmaq: registering a %d-byte data buffer: %w", size, err)
