@@ -141,7 +141,7 @@ func iscsiGroups(run *Running) string {
 // operator's states come back.
 func TestHealthFollow(t *testing.T) {
 	t.Parallel()
-	var logs lockedBuffer
+	var logs syncBuffer
 	run, p, disk := startFlakyLog(t, healthConfigWith(healthGateway), slog.New(slog.NewTextHandler(&logs, nil)))
 	if !run.Monitoring() {
 		t.Fatal("follow_health set and no monitor")
@@ -220,7 +220,7 @@ func TestHealthFollow(t *testing.T) {
 		t.Fatalf("namespace 1 health %q", st.Namespaces[0].Health)
 	}
 	waitFor(t, "iSCSI group 1 unavailable", func() bool { return iscsiGroups(run) == "1=unavailable 2=standby" })
-	if l := logs.String(); !strings.Contains(l, "level=WARN msg=\"target: namespace's storage failing") || !strings.Contains(l, "nsid=2") ||
+	if l := strings.Join(logs.lines(), "\n"); !strings.Contains(l, "level=WARN msg=\"target: namespace's storage failing") || !strings.Contains(l, "nsid=2") ||
 		!strings.Contains(l, "ana_groups=[2]") || !strings.Contains(l, "scsi_unavailable=iscsi") || !strings.Contains(l, "did not answer in time") {
 		t.Fatalf("no warning of the transition:\n%s", l)
 	}
@@ -282,27 +282,9 @@ func TestHealthFollow(t *testing.T) {
 	if healthy("2") != 1 {
 		t.Fatal("rdisk_namespace_healthy 0 after recovery")
 	}
-	if l := logs.String(); !strings.Contains(l, "level=WARN msg=\"target: namespace's storage healthy again") {
+	if l := strings.Join(logs.lines(), "\n"); !strings.Contains(l, "level=WARN msg=\"target: namespace's storage healthy again") {
 		t.Fatalf("no warning of the recovery:\n%s", l)
 	}
-}
-
-// lockedBuffer is a log sink safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // withGateway returns c with its rdisk_gateway section set to g.
