@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/rdisk/rdisk/backstore"
+	"github.com/rdisk/rdisk/target"
 	"github.com/urfave/cli/v2"
 )
 
@@ -25,13 +26,7 @@ func TestTargetFillFlag(t *testing.T) {
 		{[]string{"--fill", "--device", "/dev/null"}, "--fill writes over the RAM disk only"},
 		{[]string{"--fill", "--config", "/nonexistent.json"}, "--fill writes over the RAM disk of the quick flags only, not with --config"},
 	} {
-		cmd := targetCommand()
-		cmd.Action = func(c *cli.Context) error {
-			_, err := targetConfig(c)
-			return err
-		}
-		app := &cli.App{Name: "rdisk", Writer: &bytes.Buffer{}, ErrWriter: &bytes.Buffer{}, Commands: []*cli.Command{cmd}}
-		err := app.RunContext(context.Background(), append([]string{"rdisk", "target"}, tc.args...))
+		err := runTargetConfig(tc.args, nil)
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%v: %v", tc.args, err)
@@ -58,20 +53,12 @@ func TestTargetDiskIOFlags(t *testing.T) {
 		{[]string{"--no-uring"}, "--no-uring applies to --file and --device only"},
 		{[]string{"--config", "/nonexistent.json", "--no-uring"}, `set the namespace's "rdisk_no_uring" instead`},
 	} {
-		cmd := targetCommand()
-		cmd.Action = func(c *cli.Context) error {
-			cfg, err := targetConfig(c)
-			if err != nil {
-				return err
-			}
+		err := runTargetConfig(tc.args, func(c *cli.Context, cfg *target.Config) {
 			ns := cfg.Subsystems[0].Namespaces[0]
 			if ns.Direct != c.Bool("direct") || ns.Buffered != c.Bool("buffered") || ns.NoURing != c.Bool("no-uring") {
-				t.Errorf("%v: namespace %+v", c.Args(), ns)
+				t.Errorf("%v: namespace %+v", tc.args, ns)
 			}
-			return nil
-		}
-		app := &cli.App{Name: "rdisk", Writer: &bytes.Buffer{}, ErrWriter: &bytes.Buffer{}, Commands: []*cli.Command{cmd}}
-		err := app.RunContext(context.Background(), append([]string{"rdisk", "target"}, tc.args...))
+		})
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%v: %v", tc.args, err)
@@ -79,6 +66,21 @@ func TestTargetDiskIOFlags(t *testing.T) {
 			t.Errorf("%v: error %v, want %q", tc.args, err, tc.want)
 		}
 	}
+}
+
+// runTargetConfig runs "rdisk target ARGS" up to its configuration, and
+// check (if not nil) on the configuration it built.
+func runTargetConfig(args []string, check func(*cli.Context, *target.Config)) error {
+	cmd := targetCommand()
+	cmd.Action = func(c *cli.Context) error {
+		cfg, err := targetConfig(c)
+		if err == nil && check != nil {
+			check(c, cfg)
+		}
+		return err
+	}
+	app := &cli.App{Name: "rdisk", Writer: &bytes.Buffer{}, ErrWriter: &bytes.Buffer{}, Commands: []*cli.Command{cmd}}
+	return app.RunContext(context.Background(), append([]string{"rdisk", "target"}, args...))
 }
 
 // TestFillRandom: every 4 KiB block of the disk, the short last one
@@ -125,20 +127,12 @@ func TestTargetTransportFlags(t *testing.T) {
 		{[]string{"--discovery-listen", "127.0.0.3"}, "", []string{"rdma+tcp@127.0.0.1:4420", "tcp@127.0.0.3:8009"}},
 		{[]string{"--listen", "[::1]"}, "", []string{"rdma+tcp@::1:4420", "tcp@::1:8009"}},
 	} {
-		cmd := targetCommand()
 		var ports []string
-		cmd.Action = func(c *cli.Context) error {
-			cfg, err := targetConfig(c)
-			if err != nil {
-				return err
-			}
+		err := runTargetConfig(tc.args, func(_ *cli.Context, cfg *target.Config) {
 			for _, p := range cfg.Ports {
 				ports = append(ports, p.Addr.TrType+"@"+p.Addr.TrAddr+":"+p.Addr.TrSvcID)
 			}
-			return nil
-		}
-		app := &cli.App{Name: "rdisk", Writer: &bytes.Buffer{}, ErrWriter: &bytes.Buffer{}, Commands: []*cli.Command{cmd}}
-		err := app.RunContext(context.Background(), append([]string{"rdisk", "target"}, tc.args...))
+		})
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%v: %v", tc.args, err)
@@ -166,22 +160,14 @@ func TestTargetDHCHAPFlags(t *testing.T) {
 		{[]string{"--allow-host", "nqn.h1", "--dhchap-key", "secret"}, "--dhchap-key:", 0},
 		{[]string{"--allow-host", "nqn.h1", "--dhchap-key", "@/nonexistent/key"}, "--dhchap-key:", 0},
 	} {
-		cmd := targetCommand()
 		var n int
-		cmd.Action = func(c *cli.Context) error {
-			cfg, err := targetConfig(c)
-			if err != nil {
-				return err
-			}
+		err := runTargetConfig(tc.args, func(c *cli.Context, cfg *target.Config) {
 			for _, h := range cfg.Hosts {
 				if h.Key != "" && (h.CtrlKey != "") == c.IsSet("dhchap-ctrl-key") {
 					n++
 				}
 			}
-			return nil
-		}
-		app := &cli.App{Name: "rdisk", Writer: &bytes.Buffer{}, ErrWriter: &bytes.Buffer{}, Commands: []*cli.Command{cmd}}
-		err := app.RunContext(context.Background(), append([]string{"rdisk", "target"}, tc.args...))
+		})
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%v: %v", tc.args, err)
@@ -199,12 +185,7 @@ func TestTargetDHCHAPFlags(t *testing.T) {
 func TestTargetFileSize(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "disk.img")
-	cfgOf := func(args ...string) error {
-		cmd := targetCommand()
-		cmd.Action = func(c *cli.Context) error { _, err := targetConfig(c); return err }
-		app := &cli.App{Name: "rdisk", Writer: &bytes.Buffer{}, ErrWriter: &bytes.Buffer{}, Commands: []*cli.Command{cmd}}
-		return app.RunContext(context.Background(), append([]string{"rdisk", "target"}, args...))
-	}
+	cfgOf := func(args ...string) error { return runTargetConfig(args, nil) }
 	size := func() int64 {
 		fi, err := os.Stat(path)
 		if err != nil {
