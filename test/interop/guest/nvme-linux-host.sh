@@ -43,7 +43,8 @@ fi
 echo "target disk: $DISK"
 rdisk --log-level "${RDISK_LOG_LEVEL:-info}" target --listen $LAB_IP:4420 --allow-any-host $DISK > /tmp/target.log 2>&1 &
 TPID=$!
-sleep 1
+# Up to 30 s for the target to listen (TCG on a loaded host is slow to start).
+k=0; while [ $k -lt 150 ] && ! grep -q "serving" /tmp/target.log; do k=$((k+1)); sleep 0.2; done
 cat /tmp/target.log
 
 nvme discover -t $TR -a $LAB_IP -s 4420; step discover $?
