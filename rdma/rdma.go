@@ -91,6 +91,33 @@ type ImplicitPD interface {
 	RegisterImplicit() (MR, error)
 }
 
+// ImplicitWritePD is implemented by protection domains whose implicit MR
+// can also be written by the local adapter: the sink of an RDMA Read, like
+// verbs' implicit on-demand-paging MR registered with
+// IBV_ACCESS_LOCAL_WRITE. A target uses it to RDMA-Read a write's data
+// straight into memory it does not own, such as the chunks of a RAM disk,
+// instead of reading into a registered buffer and copying. Providers that
+// lack it simply do not implement it; callers fall back to a registered
+// buffer.
+type ImplicitWritePD interface {
+	ImplicitPD
+	// RegisterImplicitWrite returns an MR that covers the whole process
+	// memory with local read and local write access (Access reports
+	// AccessLocalWrite) and no remote access. An SGE naming it carries its
+	// memory in SGE.Buf, and may be the source of a Send or RDMA Write or
+	// the sink of an RDMA Read: the Read Responses are placed into the
+	// SGEs' Bufs in order, as into registered memory. It is never a
+	// receive buffer, and never a remote key: its RKey, which an RDMA Read
+	// Request carries to the peer as the sink STag, is refused by every
+	// peer-facing check (RDMA Write, RDMA Read Request, Send with
+	// Invalidate), and it cannot be fast-registered. The Bufs must stay
+	// reachable and must not be touched by the caller until the Read
+	// completes (the adapter writes them while the Read is in flight;
+	// after a failed Read their contents are undefined). Deregister
+	// releases the key.
+	RegisterImplicitWrite() (MR, error)
+}
+
 // MR is a registered memory region. Its methods are safe for concurrent use.
 type MR interface {
 	// LKey is the local key used in scatter lists.

@@ -42,7 +42,8 @@ type SGE struct {
 	Offset int
 	Length int
 	// Buf is the memory of an entry whose MR is an implicit MR (see
-	// ImplicitPD); Offset and Length are then ignored. Nil otherwise.
+	// ImplicitPD and ImplicitWritePD); Offset and Length are then ignored.
+	// Nil otherwise.
 	Buf []byte
 }
 

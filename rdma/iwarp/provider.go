@@ -179,8 +179,9 @@ type region struct {
 	pd    *pd
 	index uint32
 	fast  bool // fast-registration key (FastRegMR)
-	// implicit: the local-read-only MR over all memory (ImplicitPD); SGEs
-	// naming it carry their memory in SGE.Buf.
+	// implicit: an MR over all memory (ImplicitPD, or with access
+	// AccessLocalWrite ImplicitWritePD); SGEs naming it carry their memory
+	// in SGE.Buf. It has no memory of its own and never any remote right.
 	implicit bool
 
 	mu     sync.Mutex
@@ -205,7 +206,7 @@ func (r *region) resolve(stag uint32, pdOwner *pd, va uint64, n int, need rdma.A
 	if r.pd != pdOwner {
 		return nil, rdmapECodeSTagNotAssoc
 	}
-	if r.access&need != need {
+	if r.implicit || r.access&need != need {
 		return nil, rdmapECodeAccessRights
 	}
 	if n < 0 || va < r.va || va-r.va > uint64(len(r.mem)) || uint64(n) > uint64(len(r.mem))-(va-r.va) {
@@ -241,6 +242,18 @@ func (d *pd) RegisterImplicit() (rdma.MR, error) {
 	r := &region{p: d.p, pd: d, implicit: true, valid: true}
 	if err := d.p.stags.add(r); err != nil {
 		return nil, fmt.Errorf("iwarp: registering the implicit MR: %w", err)
+	}
+	return &mr{r: r}, nil
+}
+
+// RegisterImplicitWrite implements rdma.ImplicitWritePD: the implicit MR
+// that may also be an RDMA Read sink (lookupSGE). Its only right is
+// local write, so remote accesses to its STag fail the rights check as
+// the read-only one's do.
+func (d *pd) RegisterImplicitWrite() (rdma.MR, error) {
+	r := &region{p: d.p, pd: d, implicit: true, valid: true, access: rdma.AccessLocalWrite}
+	if err := d.p.stags.add(r); err != nil {
+		return nil, fmt.Errorf("iwarp: registering the implicit write MR: %w", err)
 	}
 	return &mr{r: r}, nil
 }
@@ -366,8 +379,9 @@ func (p *Provider) invalidate(stag uint32, owner *pd) bool {
 	return true
 }
 
-// lookupSGE resolves a local SGE to memory.
-func lookupSGE(owner *pd, s *rdma.SGE, need rdma.Access) ([]byte, error) {
+// lookupSGE resolves a local SGE to memory; recv tells it is a receive
+// buffer (which an implicit MR never is).
+func lookupSGE(owner *pd, s *rdma.SGE, need rdma.Access, recv bool) ([]byte, error) {
 	if s.MR == nil {
 		return nil, rdma.ErrBadSGE
 	}
@@ -376,8 +390,9 @@ func lookupSGE(owner *pd, s *rdma.SGE, need rdma.Access) ([]byte, error) {
 		return nil, rdma.ErrBadSGE
 	}
 	if m.r.implicit {
-		// Local gather only: never a place the adapter writes.
-		if m.r.pd != owner || need&rdma.AccessLocalWrite != 0 {
+		// Local gather, and with local write (ImplicitWritePD) an RDMA
+		// Read sink; never a receive buffer.
+		if m.r.pd != owner || recv || need&rdma.AccessLocalWrite != 0 && m.r.access&rdma.AccessLocalWrite == 0 {
 			return nil, rdma.ErrBadSGE
 		}
 		return s.Buf[:len(s.Buf):len(s.Buf)], nil

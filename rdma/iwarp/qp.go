@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"github.com/rdisk/rdisk/rdma"
 )
@@ -266,8 +267,9 @@ func (q *qp) PostSend(wr *rdma.SendWR) error {
 		return fmt.Errorf("iwarp: post send: opcode %s not allowed on the send queue", wr.Op)
 	}
 	for i := range wr.SGL {
-		m, err := lookupSGE(q.pd, &wr.SGL[i], need)
+		m, err := lookupSGE(q.pd, &wr.SGL[i], need, false)
 		if err != nil {
+			clear(w.mem) // the WQE stays free: keep no memory reachable
 			return fmt.Errorf("iwarp: post send: SGE %d: %w", i, err)
 		}
 		if wr.SGL[i].Buf != nil {
@@ -277,11 +279,19 @@ func (q *qp) PostSend(wr *rdma.SendWR) error {
 		w.length += len(m)
 	}
 	if wr.Op == rdma.OpRDMARead {
-		if len(wr.SGL) == 0 {
-			w.sinkSTag = 0
-		} else {
-			w.sinkSTag = wr.SGL[0].MR.LKey()
-			w.sinkTO = wr.SGL[0].MR.VA() + uint64(wr.SGL[0].Offset)
+		w.sinkSTag, w.sinkTO = 0, 0
+		if len(wr.SGL) > 0 {
+			s0 := &wr.SGL[0]
+			w.sinkSTag = s0.MR.LKey()
+			switch {
+			case s0.Buf == nil:
+				w.sinkTO = s0.MR.VA() + uint64(s0.Offset)
+			case len(w.mem[0]) > 0:
+				// The implicit MR: the sink TO is the memory's address, as
+				// a verbs SGE's addr. The responder only echoes it;
+				// placement follows the WQE's scatter list (rxReadResp).
+				w.sinkTO = uint64(uintptr(unsafe.Pointer(&w.mem[0][0])))
+			}
 		}
 	}
 	q.sqFree = q.sqFree[:len(q.sqFree)-1]
@@ -326,7 +336,7 @@ func (q *qp) PostRecv(wr *rdma.RecvWR) error {
 	w.mem = w.mem[:0]
 	w.length = 0
 	for i := range wr.SGL {
-		m, err := lookupSGE(q.pd, &wr.SGL[i], rdma.AccessLocalWrite)
+		m, err := lookupSGE(q.pd, &wr.SGL[i], rdma.AccessLocalWrite, true)
 		if err != nil {
 			return fmt.Errorf("iwarp: post recv: SGE %d: %w", i, err)
 		}
@@ -351,6 +361,9 @@ func (q *qp) retireLocked() {
 			wc := rdma.WC{ID: w.wr.ID, Status: w.status, Op: w.wr.Op, ByteLen: w.length, QPNum: q.num, QP: q}
 			q.sendCQ.push(&wc)
 		}
+		// Drop the references: implicit-MR memory (a RAM disk's chunks)
+		// must not stay reachable through an idle WQE.
+		clear(w.mem)
 		w.mem = w.mem[:0]
 		*at = nil
 		q.sqFree = append(q.sqFree, w)

@@ -62,6 +62,10 @@ type TargetConfig struct {
 	// Implicit registers the provider's implicit MR (rdma.ImplicitPD),
 	// when it has one, so reads can be sent from any memory.
 	Implicit bool
+	// ImplicitWrite registers the provider's implicit write MR
+	// (rdma.ImplicitWritePD), when it has one, so a request's data can be
+	// RDMA-Read straight into any memory (ReadSGL), such as a RAM disk's.
+	ImplicitWrite bool
 	// MaxData bounds a slot's data buffer (EnsureData); default 1 MiB.
 	MaxData int
 	// Hook, if set, is called with +1 when Run starts and -1 when it
@@ -151,6 +155,7 @@ type TargetQueue[R any] struct {
 	respLen  int // bytes per response buffer
 	ctl      ctlBuffers
 	implicit rdma.MR
+	implW    rdma.MR // the implicit write MR (ImplicitWrite)
 
 	// Slots, chunkSlots per chunk, allocated on demand: a chunk never
 	// moves once allocated, so *Slot pointers stay valid.
@@ -247,6 +252,13 @@ func NewTargetQueue[R any](cfg TargetConfig, h TargetHandler[R]) (*TargetQueue[R
 			}
 		}
 	}
+	if cfg.ImplicitWrite {
+		if ip, ok := q.pd.(rdma.ImplicitWritePD); ok {
+			if q.implW, err = ip.RegisterImplicitWrite(); err != nil {
+				return fail("registering the implicit write MR", err)
+			}
+		}
+	}
 	switch {
 	case cfg.SplitAt > 0:
 		// Every data area (page aligned), then every header.
@@ -298,6 +310,11 @@ func (q *TargetQueue[R]) PD() rdma.PD { return q.pd }
 // Implicit returns the implicit MR (TargetConfig.Implicit), or nil when the
 // provider has none.
 func (q *TargetQueue[R]) Implicit() rdma.MR { return q.implicit }
+
+// ImplicitWrite returns the implicit write MR (TargetConfig.ImplicitWrite),
+// or nil when the provider has none: SGEs naming it, their memory in
+// SGE.Buf, may be the sink of ReadSGL.
+func (q *TargetQueue[R]) ImplicitWrite() rdma.MR { return q.implW }
 
 // Slots returns the number of slots (TargetConfig.Slots): Slot takes
 // 0 <= i < Slots(). Protocols that keep their own allocation (iSCSI's task
@@ -538,6 +555,19 @@ func (q *TargetQueue[R]) ReadSGE(s *Slot[R], sge rdma.SGE, raddr uint64, rkey ui
 	return nil
 }
 
+// ReadSGL posts one Read of a fetch (see Fetch) scattering into sgl, for
+// instance into a RAM disk's chunks through the implicit write MR
+// (ImplicitWrite). The scatter list is copied when posted; the memory it
+// names must stay untouched until the Read completes.
+func (q *TargetQueue[R]) ReadSGL(s *Slot[R], sgl []rdma.SGE, raddr uint64, rkey uint32) error {
+	s.wr = rdma.SendWR{ID: kindRead | uint64(s.idx), Op: rdma.OpRDMARead, Flags: rdma.Signaled, SGL: sgl,
+		RemoteAddr: raddr, RemoteKey: rkey}
+	if err := q.qp.PostSend(&s.wr); err != nil {
+		return fmt.Errorf("rdmaq: posting an RDMA Read: %w", err)
+	}
+	return nil
+}
+
 // Write posts an unsignaled RDMA Write of n bytes of the slot's data
 // buffer at off to the peer's raddr/rkey. Post it before the response
 // Send: the peer sees the data before the response (RC ordering).
@@ -666,7 +696,7 @@ func (q *TargetQueue[R]) Close() {
 			s.dataMR = nil
 		}
 	}
-	for _, mr := range []*rdma.MR{&q.recvMR, &q.respMR, &q.ctl.mr, &q.implicit} {
+	for _, mr := range []*rdma.MR{&q.recvMR, &q.respMR, &q.ctl.mr, &q.implicit, &q.implW} {
 		if *mr != nil {
 			(*mr).Deregister()
 			*mr = nil

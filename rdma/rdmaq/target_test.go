@@ -22,6 +22,7 @@ const (
 	opFetch = 'F' // RDMA Read n bytes from the host, respond with their sum
 	opWrite = 'W' // RDMA Write n bytes of the tag to the host, respond
 	opHold  = 'H' // respond only when the test releases the tag
+	opPlace = 'P' // RDMA Read n bytes into unregistered memory (ImplicitWrite), respond with their sum
 	opCtl   = 'C' // not a request: answered from control buffer 0
 	reqLen  = 24
 )
@@ -30,6 +31,9 @@ type testReq struct {
 	tag   uint32
 	n     int
 	start int // order of Start calls
+	// placed: opPlace's memory, three unregistered pieces.
+	placed [3][]byte
+	sgl    [3]rdma.SGE
 }
 
 type testHandler struct {
@@ -74,6 +78,18 @@ func (h *testHandler) Start(s *Slot[testReq], m Msg) error {
 			return err
 		}
 		return h.q.Read(s, 0, s.R.n, raddr, rkey)
+	case opPlace:
+		iw := h.q.ImplicitWrite()
+		if iw == nil {
+			return fmt.Errorf("no implicit write MR")
+		}
+		a := s.R.n / 3
+		s.R.placed = [3][]byte{make([]byte, a), make([]byte, a+1), make([]byte, s.R.n-2*a-1)}
+		for i, b := range s.R.placed {
+			s.R.sgl[i] = rdma.SGE{MR: iw, Buf: b}
+		}
+		h.q.Fetch(s, 1)
+		return h.q.ReadSGL(s, s.R.sgl[:], raddr, rkey)
 	case opWrite:
 		d, err := s.EnsureData(s.R.n)
 		if err != nil {
@@ -109,6 +125,15 @@ func (h *testHandler) respond(s *Slot[testReq], result uint32) error {
 
 func (h *testHandler) Fetched(s *Slot[testReq]) error {
 	sum := uint32(0)
+	if s.R.placed[0] != nil {
+		for _, b := range s.R.placed {
+			for _, c := range b {
+				sum += uint32(c)
+			}
+		}
+		s.R.placed = [3][]byte{}
+		return h.respond(s, sum)
+	}
 	for _, c := range s.Data()[:s.R.n] {
 		sum += uint32(c)
 	}
@@ -288,6 +313,27 @@ func TestTargetQueueReadWriteRespond(t *testing.T) {
 	hs.send(2, opCtl, 0, 0, nil)
 	if tag, _ := hs.response(); tag != uint32('c')|uint32('t')<<8|uint32('l')<<16|uint32('!')<<24 {
 		t.Fatalf("control message: got %#x", tag)
+	}
+}
+
+// TestTargetQueueReadSGL: with ImplicitWrite, a fetch RDMA-Reads into
+// unregistered memory in pieces (ReadSGL), as a RAM disk's placed write.
+func TestTargetQueueReadSGL(t *testing.T) {
+	t.Parallel()
+	hs, h := setup(t, TargetConfig{Recvs: 8, RecvLen: 256, RespLen: 8, SendSGE: 3, ImplicitWrite: true})
+	if h.q.ImplicitWrite() == nil || h.q.Implicit() != nil {
+		t.Fatalf("implicit MRs %v (write) %v (read), want only the write one", h.q.ImplicitWrite(), h.q.Implicit())
+	}
+	for i := range hs.buf[:50000] {
+		hs.buf[i] = byte(i * 7)
+	}
+	want := uint32(0)
+	for _, c := range hs.buf[:50000] {
+		want += uint32(c)
+	}
+	hs.send(0, opPlace, 50000, 3, nil)
+	if tag, sum := hs.response(); tag != 3 || sum != want {
+		t.Fatalf("placed fetch: response tag %d sum %d, want 3 %d", tag, sum, want)
 	}
 }
 

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/rdisk/rdisk/rdma"
 )
@@ -44,6 +46,8 @@ func Run(t *testing.T, newProvider NewProvider) {
 		{"ManyQPs", testManyQPs},
 		{"ImplicitGather", testImplicitGather},
 		{"ImplicitKeyRefusedRemotely", testImplicitRemote},
+		{"ImplicitReadSink", testImplicitReadSink},
+		{"ImplicitWriteKeyRefusedRemotely", testImplicitWriteRemote},
 		{"QueueFull", testQueueFull},
 		{"UnsignaledSendsRetire", testUnsignaledRetire},
 	}
@@ -985,4 +989,132 @@ func testImplicitRemote(t *testing.T, np NewProvider) {
 	expect(t, WaitWC(t, c.SendCQ), rdma.OpRDMARead, refusedStatus(c))
 	waitDone(t, c.QP)
 	waitDone(t, s.QP)
+}
+
+// implicitWriteMR returns the implicit write MR (rdma.ImplicitWritePD) of
+// e's PD, skipping the test when the provider has none.
+func implicitWriteMR(t *testing.T, e *End) rdma.MR {
+	t.Helper()
+	ip, ok := e.PD.(rdma.ImplicitWritePD)
+	if !ok {
+		t.Skip("provider has no implicit write MR")
+	}
+	m, err := ip.RegisterImplicitWrite()
+	if err != nil {
+		t.Fatalf("register implicit write MR: %v", err)
+	}
+	t.Cleanup(func() { m.Deregister() })
+	if m.Access()&rdma.AccessLocalWrite == 0 || m.Access()&(rdma.AccessRemoteRead|rdma.AccessRemoteWrite) != 0 {
+		t.Fatalf("implicit write MR access %s, want local-write only", m.Access())
+	}
+	return m
+}
+
+// testImplicitReadSink RDMA-Reads into memory that was never registered
+// through the implicit write MR: one Read scattered over several pieces
+// (unregistered memory around a registered range) spanning several
+// FPDUs, then several Reads in flight at once at different remote
+// offsets, as a target fetching a write into a RAM disk's chunks does.
+// The MR still gathers, and is never a receive buffer.
+func testImplicitReadSink(t *testing.T, np NewProvider) {
+	c, s := Pair(t, prov(t, np), PairConfig{BufSize: 1 << 20, PostRecvs: 1, RecvSize: 256 << 10})
+	iw := implicitWriteMR(t, c)
+	fill(s.Buf, 41)
+	publish(s)
+	a, b := make([]byte, 70000), make([]byte, 100001)
+	sgl := []rdma.SGE{{MR: iw, Buf: a}, {MR: c.MR, Offset: 8, Length: 3}, {MR: iw, Buf: b}}
+	total := len(a) + 3 + len(b)
+	src := 4096 + 5
+	if err := c.QP.PostSend(&rdma.SendWR{ID: 1, Op: rdma.OpRDMARead, Flags: rdma.Signaled, SGL: sgl,
+		RemoteAddr: s.MR.VA() + uint64(src), RemoteKey: s.MR.RKey()}); err != nil {
+		t.Fatalf("RDMA Read into the implicit write MR: %v", err)
+	}
+	expect(t, WaitWC(t, c.SendCQ), rdma.OpRDMARead, rdma.StatusSuccess)
+	got := append(append(append([]byte{}, a...), c.Buf[8:11]...), b...)
+	if !bytes.Equal(got, s.Buf[src:src+total]) {
+		t.Fatal("RDMA Read into the implicit write MR: data differs")
+	}
+	// Several Reads in flight, each into its own unregistered pieces.
+	// Past the server's receive buffer, which the Send below fills (the
+	// race detector does not see the order through the network).
+	const reads, piece, readsAt = 6, 40000, 300 << 10
+	dst := make([][]byte, 2*reads)
+	for i := range dst {
+		dst[i] = make([]byte, piece)
+	}
+	for i := 0; i < reads; i++ {
+		if err := c.QP.PostSend(&rdma.SendWR{ID: uint64(10 + i), Op: rdma.OpRDMARead, Flags: rdma.Signaled,
+			SGL:        []rdma.SGE{{MR: iw, Buf: dst[2*i]}, {MR: iw, Buf: dst[2*i+1]}},
+			RemoteAddr: s.MR.VA() + uint64(readsAt+i*2*piece+i), RemoteKey: s.MR.RKey()}); err != nil {
+			t.Fatalf("Read %d: %v", i, err)
+		}
+	}
+	for i := 0; i < reads; i++ {
+		wc := WaitWC(t, c.SendCQ)
+		expect(t, wc, rdma.OpRDMARead, rdma.StatusSuccess)
+		if wc.ID != uint64(10+i) {
+			t.Fatalf("Read completion %d, want %d (in order)", wc.ID, 10+i)
+		}
+		off := readsAt + i*2*piece + i
+		if !bytes.Equal(dst[2*i], s.Buf[off:off+piece]) || !bytes.Equal(dst[2*i+1], s.Buf[off+piece:off+2*piece]) {
+			t.Fatalf("Read %d: data differs", i)
+		}
+	}
+	// It gathers too.
+	if err := c.QP.PostSend(&rdma.SendWR{ID: 20, Op: rdma.OpSend, Flags: rdma.Signaled, SGL: []rdma.SGE{{MR: iw, Buf: dst[0][:1000]}}}); err != nil {
+		t.Fatalf("Send from the implicit write MR: %v", err)
+	}
+	expect(t, WaitWC(t, c.SendCQ), rdma.OpSend, rdma.StatusSuccess)
+	if wc := WaitWC(t, s.RecvCQ); wc.Status != rdma.StatusSuccess || wc.ByteLen != 1000 || !bytes.Equal(s.Buf[:1000], dst[0][:1000]) {
+		t.Fatalf("Send from the implicit write MR: %s, %d bytes", wc.Status, wc.ByteLen)
+	}
+	// Never a receive buffer.
+	if err := c.QP.PostRecv(&rdma.RecvWR{ID: 21, SGL: []rdma.SGE{{MR: iw, Buf: a}}}); err == nil {
+		t.Fatal("receive into the implicit write MR accepted")
+	}
+}
+
+// testImplicitWriteRemote checks a peer can neither RDMA-Write nor
+// RDMA-Read through the implicit write MR's key, even after an RDMA Read
+// Request told it that key as its sink.
+func testImplicitWriteRemote(t *testing.T, np NewProvider) {
+	t.Run("Write", func(t *testing.T) {
+		c, s := Pair(t, prov(t, np), PairConfig{})
+		iw := implicitWriteMR(t, c)
+		victim := make([]byte, 4096)
+		if err := c.QP.PostSend(&rdma.SendWR{ID: 1, Op: rdma.OpRDMARead, Flags: rdma.Signaled, SGL: []rdma.SGE{{MR: iw, Buf: victim}},
+			RemoteAddr: s.MR.VA(), RemoteKey: s.MR.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, WaitWC(t, c.SendCQ), rdma.OpRDMARead, rdma.StatusSuccess)
+		clear(victim)
+		fill(s.Buf[:4096], 51)
+		va := uint64(uintptr(unsafe.Pointer(&victim[0])))
+		if err := s.QP.PostSend(&rdma.SendWR{ID: 2, Op: rdma.OpRDMAWrite, Flags: rdma.Signaled, SGL: []rdma.SGE{{MR: s.MR, Length: 4096}},
+			RemoteAddr: va, RemoteKey: iw.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		waitDone(t, c.QP)
+		waitDone(t, s.QP)
+		if !bytes.Equal(victim, make([]byte, 4096)) {
+			t.Fatal("a peer's RDMA Write through the implicit write MR's key changed memory")
+		}
+	})
+	t.Run("Read", func(t *testing.T) {
+		c, s := Pair(t, prov(t, np), PairConfig{})
+		iw := implicitWriteMR(t, s)
+		secret := make([]byte, 16)
+		fill(secret, 52)
+		if err := c.QP.PostSend(&rdma.SendWR{ID: 1, Op: rdma.OpRDMARead, Flags: rdma.Signaled, SGL: []rdma.SGE{{MR: c.MR, Length: 16}},
+			RemoteAddr: uint64(uintptr(unsafe.Pointer(&secret[0]))), RemoteKey: iw.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, WaitWC(t, c.SendCQ), rdma.OpRDMARead, refusedStatus(c))
+		waitDone(t, c.QP)
+		waitDone(t, s.QP)
+		if bytes.Equal(c.Buf[:16], secret) {
+			t.Fatal("a peer read memory through the implicit write MR's key")
+		}
+		runtime.KeepAlive(secret)
+	})
 }
