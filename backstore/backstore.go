@@ -66,6 +66,61 @@ type Viewer interface {
 	ViewAt(segs [][]byte, off int64, n int) (int, error)
 }
 
+// Placer is implemented by disks that keep their blocks in process memory
+// (RAM disks), so that a transport can place a write's data straight into
+// them (an RDMA Read into the disk's memory through an implicit write MR,
+// rdma.ImplicitWritePD) instead of fetching it into a buffer and copying
+// it with WriteAt. A placed write has three steps: PlaceAt checks the
+// request and returns the memory, the caller (its adapter) writes the data
+// there, and Placed finishes the write, or Unplace gives it up. Steady
+// state (chunks already allocated) allocates nothing.
+type Placer interface {
+	// PlaceAt begins a write of n bytes at byte offset off. It checks the
+	// request as WriteAt does (the range rules, ErrReadOnly, ErrClosed;
+	// counted in Stats.Rejected the same way), fills segs with the disk
+	// memory holding the range, in order, allocating what was never
+	// written (never the zeroed chunk ViewAt shows), and returns the
+	// Placement to finish. When the range needs more than len(segs)
+	// entries it returns an error wrapping ErrUnsupported, counts
+	// nothing, and the caller uses WriteAt.
+	//
+	// The segments alias the disk: the caller may write only inside them,
+	// only until it calls Placed or Unplace, and must not keep them
+	// afterwards. Until Placed the write is in flight: concurrent
+	// requests that overlap it have no defined order with it, as on any
+	// disk (a read may see part of the new data; a discard or write-zeroes
+	// may free or zero the memory of blocks it covers, whose placed data
+	// is then lost, as if the discard came later). Requests to other
+	// blocks never interfere with it, and memory stays valid for as long
+	// as the caller holds the segments, whatever happens to the disk.
+	PlaceAt(segs [][]byte, off int64, n int) (Placement, error)
+	// Placed finishes a write begun by PlaceAt once its data is in the
+	// segments: it counts as a write in the disk's statistics (Stats.Write,
+	// its latency from PlaceAt; with FUA in Stats.FUAWrites too; FUA needs
+	// no more work than WriteAt's), and a read that follows it in the
+	// caller's order sees the data. A disk closed meanwhile returns
+	// ErrClosed: the data was not kept. A disk made read-only meanwhile
+	// still completes it (requests already running are not affected).
+	Placed(p Placement, flags WriteFlags) error
+	// Unplace gives up a write begun by PlaceAt whose data will not all
+	// arrive (the transfer failed, the connection ended). The range then
+	// holds undefined data, part old and part new, as after any failed
+	// write. It is counted nowhere.
+	Unplace(p Placement)
+}
+
+// Placement is a write begun by Placer.PlaceAt; finish it with exactly one
+// Placed or Unplace.
+type Placement struct {
+	// Segs is the number of entries of segs PlaceAt filled.
+	Segs int
+	// Off and Len are the write's byte range.
+	Off int64
+	Len int
+	// start is when the write began (the disk's clock).
+	start int64
+}
+
 // NoWaitReader is implemented by disks that can serve a read at once when
 // its data is cached (buffered files: preadv2 with RWF_NOWAIT). A transport
 // tries it on its own goroutine and hands the read to a worker only when it

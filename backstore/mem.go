@@ -38,7 +38,10 @@ type memLeaf [memLeafLen]atomic.Pointer[memChunk]
 // read overlapping a write) is unspecified, as on any disk, but each chunk
 // piece is copied under a (striped) lock, so a read that follows a write in
 // the caller's order always sees it, even when the order was established
-// outside Go (through the network), and the race detector agrees.
+// outside Go (through the network), and the race detector agrees. A placed
+// write (Placer) is written by its caller without the lock; Placed then
+// takes the lock of each chunk it touched, which orders the write before
+// later reads the same way.
 // Steady-state I/O (to chunks already allocated) allocates nothing.
 //
 // Resize grows the disk while it serves: a larger leaf directory replaces
@@ -76,6 +79,7 @@ const memLockStripes = 64
 var (
 	_ VectoredDisk   = (*Mem)(nil)
 	_ Viewer         = (*Mem)(nil)
+	_ Placer         = (*Mem)(nil)
 	_ Discarder      = (*Mem)(nil)
 	_ ZeroWriter     = (*Mem)(nil)
 	_ HealthReporter = (*Mem)(nil)
@@ -255,6 +259,54 @@ func (m *Mem) ViewAt(segs [][]byte, off int64, n int) (int, error) {
 	m.stats.end(&m.stats.read, int64(n), start, nil)
 	return k, nil
 }
+
+// PlaceAt begins a placed write of n bytes at off (see Placer): segs get
+// one entry per chunk touched, each chunk allocated as WriteAt would.
+func (m *Mem) PlaceAt(segs [][]byte, off int64, n int) (Placement, error) {
+	if err := m.check(OpWrite, off, int64(n), true); err != nil {
+		return Placement{}, err
+	}
+	first, last := off>>memChunkShift, (off+int64(n)-1)>>memChunkShift
+	if n > 0 && last-first >= int64(len(segs)) {
+		return Placement{}, fmt.Errorf("placing %d bytes at %d: %d chunks for %d segments: %w", n, off, last-first+1, len(segs), ErrUnsupported)
+	}
+	start := m.stats.begin()
+	k := 0
+	for o, left := off, n; left > 0; k++ {
+		i := o >> memChunkShift
+		co := int(o & (MemChunkSize - 1))
+		c := m.chunkForWrite(i)
+		l := min(left, MemChunkSize-co)
+		segs[k] = unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(c), co)), l)
+		o += int64(l)
+		left -= l
+	}
+	return Placement{Segs: k, Off: off, Len: n, start: int64(start)}, nil
+}
+
+// Placed finishes a placed write (see Placer): it takes and releases the
+// lock of each chunk the write touched, so that the caller's writes to
+// them happen before any later ReadAt or WriteAt of those chunks, then
+// counts the write.
+func (m *Mem) Placed(p Placement, flags WriteFlags) error {
+	if p.Len > 0 {
+		first, last := p.Off>>memChunkShift, (p.Off+int64(p.Len)-1)>>memChunkShift
+		for i := first; i <= last; i++ {
+			mu := &m.locks[i%memLockStripes]
+			mu.Lock()
+			mu.Unlock()
+		}
+	}
+	if m.closed.Load() {
+		m.stats.abandon()
+		return m.stats.reject(ErrClosed)
+	}
+	m.doneWrite(int64(p.Len), time.Duration(p.start), flags)
+	return nil
+}
+
+// Unplace gives up a placed write (see Placer).
+func (m *Mem) Unplace(Placement) { m.stats.abandon() }
 
 // ReadvAt fills bufs, in order, from offset off.
 func (m *Mem) ReadvAt(bufs [][]byte, off int64) error {
