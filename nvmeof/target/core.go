@@ -86,6 +86,13 @@ type request struct {
 	views bool
 	nseg  int
 	segs  [maxDataSGE][]byte
+	// A placed write (sq.placeWrite): its data is fetched straight into
+	// the memory of placer, a RAM disk (segs[:nseg]), and io finishes the
+	// write with Placed instead of copying it with WriteAt; place is the
+	// disk's record of it. Set from before the fetch until io finishes
+	// the write or unplace gives it up.
+	placer backstore.Placer
+	place  backstore.Placement
 
 	status nvmeof.Status
 	result uint64
@@ -232,6 +239,7 @@ func (q *sq) begin(r *request) bool {
 	r.xfer, r.xferLen, r.views, r.dir, r.nsid, r.lba, r.nseg = nil, 0, false, nvmeof.DirNone, 0, 0, 0
 	r.onWorker, r.wantWorker, r.ioLen, r.ns, r.nsIn, r.admitted = false, false, 0, nil, nil, false
 	r.aioStart, r.noAsync = false, false
+	r.unplace() // never set here: a placement ends with its command
 	r.sqhd = q.sqhd
 	if q.sqflow {
 		r.sqhd = nvmeof.SQHeadDisabled
@@ -351,6 +359,7 @@ func (q *sq) respond(r *request) error {
 			}
 		}
 	}
+	r.unplace()
 	r.state = reqResponded
 	return q.tr.respond(r)
 }
@@ -502,6 +511,21 @@ func (r *request) sent() {
 
 // abandon forgets a request that began and will never be answered, its
 // queue's connection gone (a write whose data never came): it no longer
-// counts in its namespace's commands in flight. Called once the queue's
-// workers are done.
-func (r *request) abandon() { r.sent() }
+// counts in its namespace's commands in flight, and a placed write whose
+// data never all came is given up. Called once the queue's workers are
+// done and its connection can place no more data.
+func (r *request) abandon() {
+	r.unplace()
+	r.sent()
+}
+
+// unplace gives up r's placed write when io did not finish it: the
+// command failed before writing, or never ran (its RDMA Read failed, the
+// queue ended). The blocks then hold undefined data, as after any failed
+// write.
+func (r *request) unplace() {
+	if r.placer != nil {
+		r.placer.Unplace(r.place)
+		r.placer = nil
+	}
+}

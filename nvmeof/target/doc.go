@@ -24,8 +24,10 @@
 // rdmaq.TargetQueue: the NVMe/RDMA CM private data, capsules whose
 // in-capsule data lands page aligned, keyed SGLs served by RDMA Read and
 // RDMA Write (straight from a RAM disk's memory through the provider's
-// implicit MR), completions by Send, with Invalidate of the host's key
-// when the SGL asks for it.
+// implicit MR; and a Write's RDMA Read straight into a RAM disk's memory
+// through its implicit write MR, backstore.Placer, once every check the
+// Write would fail has passed: see sq.placeWrite), completions by Send,
+// with Invalidate of the host's key when the SGL asks for it.
 //
 // Several targets may export one disk as gateways of one subsystem (the
 // same NQN and namespace identifiers, distinct CntlIDMin..CntlIDMax), with

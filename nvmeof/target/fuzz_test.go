@@ -3,6 +3,7 @@ package target
 import (
 	"testing"
 
+	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/nvmeof"
 )
 
@@ -57,6 +58,7 @@ func FuzzCommand(f *testing.F) {
 
 	tg, sub, _ := testTarget(f, 4<<20)
 	port := tg.ports[1]
+	disk := sub.namespace(1).cfg.Disk.(*backstore.Mem)
 	f.Fuzz(func(t *testing.T, capsule []byte, mode uint8) {
 		qid := uint16(mode % 2) // mode 0: admin; 1: I/O; 2, 3: no controller yet
 		if len(capsule) < nvmeof.SQESize {
@@ -91,8 +93,12 @@ func FuzzCommand(f *testing.F) {
 		case planRun:
 			err = q.run(&x.request)
 		case planBuffer:
-			// The RDMA Read, if any, completes at once.
-			x.xfer = tr.buf[:x.xferLen]
+			// The RDMA Read, if any, completes at once: into the disk for
+			// a placed write (as the RDMA binding does, on I/O queues), else
+			// into the buffer.
+			if !q.placeWrite(&x.request) {
+				x.xfer = tr.buf[:x.xferLen]
+			}
 			err = q.run(&x.request)
 		}
 		if err != nil {
@@ -101,6 +107,12 @@ func FuzzCommand(f *testing.F) {
 		q.close() // the workers are done
 		if x.state != reqParked && tr.responses != 1 {
 			t.Fatalf("%d responses to one command", tr.responses)
+		}
+		if x.placer != nil {
+			t.Fatal("a placed write is neither finished nor given up")
+		}
+		if n := disk.Stats().InFlight; n != 0 {
+			t.Fatalf("%d disk requests in flight after the command", n)
 		}
 	})
 }

@@ -89,6 +89,20 @@ func (c *controller) io(q *sq, r *request, sqe nvmeof.SQE) {
 			if cmd.FUA() || !c.writeCache() {
 				flags = backstore.FUA
 			}
+			if p := r.placer; p != nil {
+				// The data is in the disk already (placeWrite decided
+				// the same range from the same command and namespace).
+				r.placer = nil
+				if r.place.Off != off || r.place.Len != length {
+					p.Unplace(r.place)
+					r.status = nvmeof.StatusInternal
+					return
+				}
+				if err := p.Placed(r.place, flags); err != nil {
+					r.status = ioStatus(err, true)
+				}
+				return
+			}
 			if async {
 				r.prepareAsync(backstore.AsyncWrite, r.xfer[:length], off, 0, flags)
 				return
@@ -155,7 +169,11 @@ func (c *controller) rwRange(r *request, n *Namespace, cmd nvmeof.RWCommand) (in
 		return 0, 0, false
 	}
 	length := uint64(cmd.Blocks()) << n.lbads
-	if err := nvmeof.CheckTransferLen(uint32(r.xferLen), length); err != nil || length > uint64(len(r.xfer)) {
+	have := len(r.xfer)
+	if r.placer != nil {
+		have = r.place.Len // the data is in the disk, not in xfer
+	}
+	if err := nvmeof.CheckTransferLen(uint32(r.xferLen), length); err != nil || length > uint64(have) {
 		if err == nil {
 			r.status, r.errLoc = nvmeof.StatusSGLInvalidDataLength.WithDNR(), offDPTR
 		} else {
@@ -164,6 +182,51 @@ func (c *controller) rwRange(r *request, n *Namespace, cmd nvmeof.RWCommand) (in
 		return 0, 0, false
 	}
 	return int64(cmd.SLBA()) << n.lbads, int(length), true
+}
+
+// placeWrite decides, before the data of the Write in r is fetched,
+// whether it can be placed: fetched straight into the disk's memory
+// (backstore.Placer, a RAM disk) instead of into r's buffer, then copied
+// by WriteAt. Whatever io and run would decide before writing is decided
+// here, from what they decide it from, so that the placed write ends as
+// the copied one would: an I/O command on a namespace (begin found it and
+// checked the queue, the controller, authentication and the ANA state;
+// this target has no reservations), a Write (not Compare or Dataset
+// Management; fused commands never begin: ParseCommand refuses them), its
+// LBA range inside the namespace and an SGL of exactly its blocks
+// (rwRange), a disk that io writes synchronously (not an AsyncDisk), and
+// the disk's PlaceAt accepting the range (writable, open, in at most
+// len(r.segs) pieces). On success r.segs[:r.nseg] is the memory to fetch
+// into and io finishes the write; otherwise nothing changed and the
+// transport fetches into a buffer, io deciding the status as before.
+// Called on the queue goroutine after decode planned a buffer.
+func (q *sq) placeWrite(r *request) bool {
+	n := r.ns
+	if r.kind != nvmeof.KindWrite || r.dir != nvmeof.DirHostToCtrl || n == nil || q.qid == 0 || r.status != nvmeof.StatusSuccess {
+		return false
+	}
+	disk := n.cfg.Disk
+	p, ok := disk.(backstore.Placer)
+	if !ok {
+		return false
+	}
+	if _, async := disk.(backstore.AsyncDisk); async {
+		return false
+	}
+	cmd := nvmeof.SQE(r.sqe[:]).RW()
+	if nvmeof.CheckLBARange(cmd.SLBA(), cmd.Blocks(), n.nsze) != nil {
+		return false
+	}
+	length := uint64(cmd.Blocks()) << n.lbads
+	if nvmeof.CheckTransferLen(uint32(r.xferLen), length) != nil {
+		return false
+	}
+	pl, err := p.PlaceAt(r.segs[:], int64(cmd.SLBA())<<n.lbads, int(length))
+	if err != nil {
+		return false // refused (read-only, closed) or too many pieces: io reports it after the copy
+	}
+	r.placer, r.place, r.nseg = p, pl, pl.Segs
+	return true
 }
 
 // writeZeroes writes zeroes with the disk's own support, else from a zeroed

@@ -25,7 +25,7 @@ type rdmaReq struct {
 	inval bool   // ... asking for Send with Invalidate
 	raddr uint64 // the host's buffer
 	rkey  uint32
-	dsgl  [maxDataSGE]rdma.SGE // zero-copy reads: the disk memory to write
+	dsgl  [maxDataSGE]rdma.SGE // zero-copy reads and placed writes: the disk memory to RDMA-Write from or RDMA-Read into
 }
 
 // rdmaQueue is one NVMe/RDMA queue pair: an rdmaq.TargetQueue carrying an
@@ -154,7 +154,7 @@ func (p *Port) newRDMAQueue(f nvmeof.CMRequestFields) (*rdmaQueue, error) {
 	tq, err := rdmaq.NewTargetQueue(rdmaq.TargetConfig{
 		Provider: p.t.p, Recvs: depth, RecvLen: nvmeof.SQESize + p.cfg.InlineDataSize, SplitAt: nvmeof.SQESize,
 		Slots: 2 * depth, RespLen: nvmeof.CQESize, SendSGE: maxDataSGE, SendWRs: 4 * depth,
-		Implicit: f.QID != 0, MaxData: mdts, Hook: hook,
+		Implicit: f.QID != 0, ImplicitWrite: f.QID != 0, MaxData: mdts, Hook: hook,
 	}, q)
 	if err != nil {
 		q.sq.close()
@@ -169,13 +169,15 @@ func (p *Port) newRDMAQueue(f nvmeof.CMRequestFields) (*rdmaQueue, error) {
 func (q *rdmaQueue) InitSlot(s *rdmaq.Slot[rdmaReq]) { s.R.id = s.Index() }
 
 // close releases the queue once its connection ended: workers first (they
-// may still post), then the RDMA resources.
+// may still post), then the RDMA resources, then the requests never
+// answered: once the QP is closed, no RDMA Read of a placed write can
+// still land in the disk.
 func (q *rdmaQueue) close() {
 	q.sq.close()
+	q.tq.Close()
 	for s := range q.tq.Allocated() {
 		s.R.abandon()
 	}
-	q.tq.Close()
 }
 
 // Recv implements rdmaq.TargetHandler: every message is a command capsule.
@@ -204,6 +206,18 @@ func (q *rdmaQueue) Start(s *rdmaq.Slot[rdmaReq], m rdmaq.Msg) error {
 			return err
 		}
 		return q.tq.Free(s)
+	}
+	if r.dir == nvmeof.DirHostToCtrl {
+		if iw := q.tq.ImplicitWrite(); iw != nil && q.sq.placeWrite(r) {
+			// A placed write: the RDMA Read lands in the disk's memory.
+			sgl := x.dsgl[:r.nseg]
+			for i, b := range r.segs[:r.nseg] {
+				sgl[i] = rdma.SGE{MR: iw, Buf: b}
+			}
+			r.state = reqFetching
+			q.tq.Fetch(s, 1)
+			return q.tq.ReadSGL(s, sgl, x.raddr, x.rkey)
+		}
 	}
 	// Sized by what the command moves (grown in powers of two, registered
 	// once per size), not MDTS: a queue of 4 KiB I/O keeps 4 KiB buffers.
