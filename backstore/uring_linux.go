@@ -3,6 +3,7 @@
 package backstore
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -108,16 +109,18 @@ type asyncEngine struct {
 	closed   bool
 	inflight int // started operations whose Done has not returned
 
-	ring      *uring.Ring
-	slots     []uslot
-	free      []int32       // free slot indices
-	waiting   ioQueue       // started while every slot was busy
-	pending   uint32        // published submissions no io_uring_enter took yet
-	efd       *os.File      // eventfd the ring signals per completion, read in the netpoller
-	kick      chan struct{} // wakes the reaper (capacity 1)
-	reaperEnd chan struct{} // closed when the reaper returned
-	wakerEnd  chan struct{} // closed when the eventfd reader returned
-	stopWaker atomic.Bool
+	ring    *uring.Ring
+	slots   []uslot
+	free    []int32 // free slot indices
+	waiting ioQueue // started while every slot was busy
+	pending uint32  // published submissions no io_uring_enter took yet
+	// efd is the eventfd the ring signals per completion, which nudge
+	// also writes; the reaper reads it in the netpoller.
+	efd        *os.File
+	reaperEnd  chan struct{} // closed when the reaper returned
+	stopReaper atomic.Bool
+	nudged     atomic.Bool // the reaper was nudged and has not started its round yet
+	one        [8]byte     // the eventfd increment nudge writes (1); never changed
 
 	syncQ       ioQueue // operations for the sync workers
 	syncStarted bool
@@ -180,11 +183,9 @@ func newAsyncEngine(d *fdDisk, noURing bool, log *slog.Logger, runSync func(*Asy
 		for i := range e.free {
 			e.free[i] = int32(len(e.free) - 1 - i)
 		}
-		e.kick = make(chan struct{}, 1)
 		e.reaperEnd = make(chan struct{})
-		e.wakerEnd = make(chan struct{})
+		binary.NativeEndian.PutUint64(e.one[:], 1)
 		go e.reap()
-		go e.wake()
 	}
 	if e.path == IOPathURing {
 		log.Info("backstore: disk I/O path", "disk", d.name, "io_path", e.path.String(), "ring_entries", len(e.slots), "direct", d.direct)
@@ -266,8 +267,23 @@ func (e *asyncEngine) start(io *AsyncIO) error {
 		return nil
 	}
 	e.beginLocked(io, total)
-	e.submitUnlock()
+	e.mu.Unlock()
+	e.nudge()
 	return nil
+}
+
+// nudge wakes the reaper to submit what Start published. Only the first
+// nudge of a reaper round writes the eventfd: the operations a transport
+// starts back to back (the commands of one receive batch) go to the
+// kernel in one io_uring_enter, as fio submits its batches, instead of a
+// system call each, and sequential ones can merge in the block layer's
+// plug.
+func (e *asyncEngine) nudge() {
+	if e.nudged.CompareAndSwap(false, true) {
+		if _, err := e.efd.Write(e.one[:]); err != nil {
+			slog.Error("backstore: waking the io_uring reaper", "disk", e.d.name, "err", err)
+		}
+	}
 }
 
 // beginLocked puts io in a free slot and publishes its submission.
@@ -341,62 +357,21 @@ func (e *asyncEngine) prepLocked(i int32) {
 	e.pending++
 }
 
-// submitUnlock unlocks and hands the published submissions to the
-// kernel (io_uring_enter). Every caller submits at once, so the device
-// never waits for a Done running on the reaper.
-func (e *asyncEngine) submitUnlock() {
-	n := e.pending
-	e.pending = 0
-	e.mu.Unlock()
-	if n > 0 {
-		e.enter(n)
-		if e.ring.CQReady() {
-			// Done during the submission (a buffered read from the
-			// page cache): wake the reaper now, on this P, rather
-			// than through the eventfd and the netpoller.
-			e.kickReaper()
-		}
-	}
-}
-
-// kickReaper wakes the reaper if it is not awake already.
-func (e *asyncEngine) kickReaper() {
-	select {
-	case e.kick <- struct{}{}:
-	default:
-	}
-}
-
-// wake reads the eventfd the kernel signals per completion (parked in the
-// netpoller meanwhile, without a thread) and wakes the reaper, until stop.
-func (e *asyncEngine) wake() {
-	defer close(e.wakerEnd)
-	var buf [8]byte
-	for {
-		_, err := e.efd.Read(buf[:])
-		if e.stopWaker.Load() {
-			return
-		}
-		if err != nil {
-			slog.Error("backstore: reading the io_uring eventfd", "disk", e.d.name, "err", err)
-			time.Sleep(time.Millisecond)
-		}
-		e.kickReaper()
-	}
-}
-
-// enter submits n published entries, retrying what the kernel did not
-// take: EINTR, and EAGAIN or EBUSY while it lacks memory or holds
-// overflowed completions (which the reaper drains).
-func (e *asyncEngine) enter(n uint32) {
-	for tries := 0; n > 0; tries++ {
+// enter submits n published entries and returns how many the kernel did
+// not take: it retries EINTR, and gives up for now on EAGAIN or EBUSY
+// (the kernel lacks memory, or holds overflowed completions), after a
+// short sleep, so that the reaper drains the completion ring before it
+// tries the rest again.
+func (e *asyncEngine) enter(n uint32) uint32 {
+	for n > 0 {
 		k, err := e.ring.Enter(n, 0, false)
 		switch err {
 		case nil:
 			n -= min32(uint32(k), n)
 		case unix.EINTR:
 		case unix.EAGAIN, unix.EBUSY:
-			time.Sleep(time.Duration(min64(int64(tries+1), 100)) * 10 * time.Microsecond)
+			time.Sleep(10 * time.Microsecond)
+			return n
 		default:
 			// Not seen for a valid ring; keep trying rather than lose
 			// operations.
@@ -404,6 +379,7 @@ func (e *asyncEngine) enter(n uint32) {
 			time.Sleep(time.Millisecond)
 		}
 	}
+	return 0
 }
 
 func min32(a, b uint32) uint32 {
@@ -413,22 +389,33 @@ func min32(a, b uint32) uint32 {
 	return b
 }
 
-func min64(a, b int64) int64 {
-	if a < b {
-		return a
-	}
-	return b
-}
-
-// reap is the ring's completion goroutine: it handles every completion
-// in the ring, then sleeps until kicked, by wake (the eventfd the kernel
-// signals per completion) or by a submitter that saw a completion
-// already in the ring. It returns once the engine is closed with nothing
-// in flight.
+// reap is the ring's goroutine, the only one that calls io_uring_enter:
+// each round it submits what Start and the completions published, handles
+// every completion in the ring, and repeats until both are done; then it
+// sleeps reading the eventfd (parked in the netpoller, without a thread),
+// which the kernel signals per completion and nudge writes. It returns
+// once stop asks it to, with nothing in flight.
+//
+// One submitter batches: the operations started while a round runs, or
+// before the reaper's goroutine gets to run, go in one system call.
 func (e *asyncEngine) reap() {
 	defer close(e.reaperEnd)
+	var buf [8]byte
 	for {
+		// Before taking the submissions: a Start after this nudges again.
+		e.nudged.Store(false)
 		for {
+			e.mu.Lock()
+			n := e.pending
+			e.pending = 0
+			e.mu.Unlock()
+			if n > 0 {
+				if left := e.enter(n); left > 0 {
+					e.mu.Lock()
+					e.pending += left
+					e.mu.Unlock()
+				}
+			}
 			if e.ring.Overflowed() {
 				// Completions the kernel held back (cannot happen with
 				// the slot bound, handled all the same).
@@ -436,6 +423,12 @@ func (e *asyncEngine) reap() {
 			}
 			a, b := e.ring.Peek()
 			if len(a)+len(b) == 0 {
+				e.mu.Lock()
+				more := e.pending > 0
+				e.mu.Unlock()
+				if more {
+					continue
+				}
 				break
 			}
 			// The slots were filled under mu before their submission;
@@ -451,13 +444,13 @@ func (e *asyncEngine) reap() {
 			}
 			e.ring.Advance(uint32(len(a) + len(b)))
 		}
-		e.mu.Lock()
-		exit := e.closed && e.inflight == 0
-		e.mu.Unlock()
-		if exit {
+		if e.stopReaper.Load() {
 			return
 		}
-		<-e.kick
+		if _, err := e.efd.Read(buf[:]); err != nil {
+			slog.Error("backstore: reading the io_uring eventfd", "disk", e.d.name, "err", err)
+			time.Sleep(time.Millisecond)
+		}
 	}
 }
 
@@ -475,7 +468,7 @@ func (e *asyncEngine) complete(c uring.CQE) {
 	if err == errAgain {
 		e.mu.Lock()
 		e.prepLocked(i)
-		e.submitUnlock()
+		e.mu.Unlock()
 		return
 	}
 	d := e.d
@@ -504,7 +497,7 @@ func (e *asyncEngine) complete(c uring.CQE) {
 	if next := e.waiting.pop(); next != nil {
 		e.beginLocked(next, vecLen(next.Bufs))
 	}
-	e.submitUnlock()
+	e.mu.Unlock()
 	io.Done(io)
 	e.finished()
 }
@@ -633,16 +626,13 @@ func (e *asyncEngine) stop() bool {
 	e.work.Broadcast()
 	e.mu.Unlock()
 	if e.ring != nil {
-		// Wake the reaper, which sees the engine closed and idle, then
-		// the eventfd reader.
-		e.kickReaper()
-		<-e.reaperEnd
-		e.stopWaker.Store(true)
+		// Wake the reaper, which sees the engine stopped.
+		e.stopReaper.Store(true)
 		one := [8]byte{1}
 		if _, err := e.efd.Write(one[:]); err != nil {
-			slog.Error("backstore: waking the io_uring eventfd reader", "disk", e.d.name, "err", err)
+			slog.Error("backstore: waking the io_uring reaper", "disk", e.d.name, "err", err)
 		}
-		<-e.wakerEnd
+		<-e.reaperEnd
 		e.ring.Close()
 		e.efd.Close()
 	}
