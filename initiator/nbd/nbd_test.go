@@ -487,3 +487,73 @@ func TestConnHook(t *testing.T) {
 		t.Fatal("no hook call after the client left")
 	}
 }
+
+// queueRecorder is a device that records the queue each connection's
+// requests were submitted on.
+type queueRecorder struct {
+	blockdev.Device
+	mu     sync.Mutex
+	queues map[*conn]map[int]int // connection -> queue -> requests
+}
+
+func (d *queueRecorder) Submit(r *blockdev.Request) error {
+	if o, ok := r.Ctx.(*op); ok {
+		d.mu.Lock()
+		m := d.queues[o.c]
+		if m == nil {
+			m = map[int]int{}
+			d.queues[o.c] = m
+		}
+		m[r.Queue]++
+		d.mu.Unlock()
+	}
+	return d.Device.Submit(r)
+}
+
+// TestQueuePerConnection checks that every request of a connection goes to
+// one device queue (reads, writes in several pieces, flushes, trims), and
+// that connections take the queues in turn.
+func TestQueuePerConnection(t *testing.T) {
+	t.Parallel()
+	mem := newMem(t, blockdevtest.MemConfig{Size: 16 << 20, Queues: 4, QueueDepth: 8})
+	d := &queueRecorder{Device: mem, queues: map[*conn]map[int]int{}}
+	_, path := startServer(t, Config{SmallChunks: 8, LargeChunks: 4, ChunkSize: 64 << 10}, &Export{Name: "d", Dev: d})
+	const conns = 3
+	for w := range conns {
+		c := dial(t, path, "d")
+		for i := range 16 {
+			off := uint64(w)<<22 + uint64(i)<<16
+			sz := []int{4096, 256 << 10}[i%2] // 256 KiB: four device requests
+			data := pattern(sz, uint64(i))
+			if e, _ := c.do(cmdWrite, cmdFlagFUA, off, uint32(sz), data); e != 0 {
+				t.Fatalf("write: errno %d", e)
+			}
+			if e, got := c.do(cmdRead, 0, off, uint32(sz), nil); e != 0 || !bytes.Equal(got, data) {
+				t.Fatalf("read: errno %d, data differs %v", e, !bytes.Equal(got, data))
+			}
+		}
+		if e, _ := c.do(cmdFlush, 0, 0, 0, nil); e != 0 {
+			t.Fatalf("flush: errno %d", e)
+		}
+		if e, _ := c.do(cmdTrim, 0, uint64(w)<<22, 1<<20, nil); e != 0 {
+			t.Fatalf("trim: errno %d", e)
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.queues) != conns {
+		t.Fatalf("requests from %d connections, want %d", len(d.queues), conns)
+	}
+	used := map[int]bool{}
+	for c, m := range d.queues {
+		if len(m) != 1 {
+			t.Errorf("connection %p used queues %v, want one", c, m)
+		}
+		for q := range m {
+			used[q%4] = true
+		}
+	}
+	if len(used) != conns {
+		t.Errorf("%d connections used %d distinct queues, want one each: %v", conns, len(used), d.queues)
+	}
+}
