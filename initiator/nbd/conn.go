@@ -176,20 +176,33 @@ func (c *conn) stop() {
 
 var errClosing = errors.New("nbd: server closing")
 
+// getOp takes a free op, waiting for one (or for the server to close).
+// The common case, an op free, is a plain non-blocking receive: a select
+// over two channels locks both, and it ran once per request.
 func (c *conn) getOp() (*op, error) {
+	var o *op
 	select {
-	case o := <-c.freeOps:
-		c.active.Add(1)
-		return o, nil
-	case <-c.closing:
-		return nil, errClosing
+	case o = <-c.freeOps:
+	default:
+		select {
+		case o = <-c.freeOps:
+		case <-c.closing:
+			return nil, errClosing
+		}
 	}
+	c.active.Add(1)
+	return o, nil
 }
 
 func (c *conn) getChunk(small bool) *chunk {
 	ch := c.freeLarge
 	if small {
 		ch = c.freeSmall
+	}
+	select {
+	case ck := <-ch:
+		return ck
+	default:
 	}
 	select {
 	case ck := <-ch:
