@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rdisk/rdisk/blockdev"
@@ -62,8 +61,6 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	conns     map[net.Conn]*conn
 	wg        sync.WaitGroup
-	// nextQueue hands the device's queues to connections in turn.
-	nextQueue atomic.Uint32
 }
 
 // NewServer returns a server of the exports (at least one, unique names).
