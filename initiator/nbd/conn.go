@@ -67,7 +67,6 @@ type conn struct {
 	srv  *Server
 	exp  *Export
 	nc   net.Conn
-	sio  *sockIO // nc's raw reads (through br) and writes
 	br   *bufio.Reader
 	dev  blockdev.Device
 	info blockdev.Info
@@ -90,6 +89,7 @@ type conn struct {
 
 	// Writer state.
 	iov   [][]byte
+	bufs  net.Buffers
 	batch [64]*op
 	werr  error
 
@@ -104,10 +104,10 @@ type conn struct {
 const maxPayload = 32 << 20
 
 // newConn sets up the transmission state of a negotiated connection.
-func newConn(s *Server, e *Export, nc net.Conn, sio *sockIO, br *bufio.Reader) (*conn, error) {
+func newConn(s *Server, e *Export, nc net.Conn, br *bufio.Reader) (*conn, error) {
 	info := e.Dev.Info()
 	bs := info.BlockSize
-	c := &conn{srv: s, exp: e, nc: nc, sio: sio, br: br, dev: e.Dev, info: info, writerDone: make(chan struct{}), closing: make(chan struct{})}
+	c := &conn{srv: s, exp: e, nc: nc, br: br, dev: e.Dev, info: info, writerDone: make(chan struct{}), closing: make(chan struct{})}
 	c.lim = limits{size: info.Size, tflags: s.tflags(e), maxPayload: maxPayload}
 	c.smallSize = min(max(4096, bs), info.MaxTransfer)
 	c.largeSize = max(min(info.MaxTransfer, s.cfg.ChunkSize/bs*bs), c.smallSize)
@@ -537,7 +537,8 @@ func (c *conn) writeLoop() {
 			}
 		}
 		if c.werr == nil {
-			if _, err := c.sio.writev(c.iov[:niov]); err != nil {
+			c.bufs = c.iov[:niov]
+			if _, err := c.bufs.WriteTo(c.nc); err != nil {
 				c.werr = err
 				c.nc.Close()
 			}

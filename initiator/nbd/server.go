@@ -164,8 +164,7 @@ func (s *Server) ServeConn(nc net.Conn) {
 		tc.SetNoDelay(true)
 	}
 	peer := nc.RemoteAddr().String()
-	sio := newSockIO(nc)
-	br := bufio.NewReaderSize(sio, 64<<10)
+	br := bufio.NewReaderSize(nc, 64<<10)
 	bw := bufio.NewWriterSize(nc, 4<<10)
 	neg := &negotiation{br: br, bw: bw, lookup: s.lookup, list: func() []*Export { return s.exports },
 		blockInfo: s.blockInfo, tflags: s.tflags}
@@ -179,7 +178,7 @@ func (s *Server) ServeConn(nc net.Conn) {
 		nc.Close()
 		return
 	}
-	c, err := newConn(s, e, nc, sio, br)
+	c, err := newConn(s, e, nc, br)
 	if err != nil {
 		s.log.Warn("nbd: connection setup failed", "peer", peer, "export", e.Name, "err", err)
 		nc.Close()
