@@ -615,3 +615,37 @@ func TestConnectReconnectSCSIFioVerify(t *testing.T) {
 		})
 	}
 }
+
+// TestConnectForegroundDaemonFlags: rdisk connect --foreground runs the
+// daemon with connect's own flags, so every flag the daemon reads must be
+// defined there with the daemon's default (a missing --drain-timeout read
+// as 0 and every foreground stop timed out at once).
+func TestConnectForegroundDaemonFlags(t *testing.T) {
+	t.Parallel()
+	defaults := func(cmd *cli.Command) map[string]string {
+		m := map[string]string{}
+		for _, f := range cmd.Flags {
+			if df, ok := f.(cli.DocGenerationFlag); ok {
+				for _, n := range f.Names() {
+					m[n] = df.GetValue()
+				}
+			}
+		}
+		return m
+	}
+	conn, daemon := defaults(connectCommand()), defaults(daemonCommand())
+	for _, name := range []string{"drain-timeout", "loss-timeout", "reconnect-delay", "cpus", "control"} {
+		want, ok := daemon[name]
+		if !ok {
+			t.Fatalf("rdisk daemon has no --%s", name)
+		}
+		got, ok := conn[name]
+		if !ok {
+			t.Errorf("rdisk connect has no --%s, which --foreground's daemon reads", name)
+			continue
+		}
+		if got != want {
+			t.Errorf("rdisk connect --%s defaults to %q, the daemon's to %q", name, got, want)
+		}
+	}
+}
