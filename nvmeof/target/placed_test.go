@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/nvmeof"
 	"github.com/rdisk/rdisk/rdma"
-	"github.com/rdisk/rdisk/rdma/iwarp"
 )
 
 // Placed writes (sq.placeWrite): a keyed-SGL Write on an RDMA I/O queue to
@@ -36,34 +34,6 @@ func (d *placeCounter) PlaceAt(segs [][]byte, off int64, n int) (backstore.Place
 // copyOnly is a RAM disk offering nothing but backstore.Disk: writes take
 // the copy path, as on any disk without placement.
 type copyOnly struct{ backstore.Disk }
-
-// diskTarget starts a target exporting disk as namespace 1 of testNQN on
-// a loopback port and returns the port's address.
-func diskTarget(t testing.TB, disk backstore.Disk) string {
-	t.Helper()
-	p, err := iwarp.New(iwarp.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tg, err := New(Config{Provider: p, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tg.Close() })
-	sub, err := tg.AddSubsystem(SubsystemConfig{NQN: testNQN, AllowAnyHost: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.AddNamespace(NamespaceConfig{NSID: 1, Disk: disk}); err != nil {
-		t.Fatal(err)
-	}
-	port, err := tg.AddPort(PortConfig{ID: 1, Addr: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	port.LinkSubsystem(sub)
-	return port.Addr().String()
-}
 
 // ioQueues connects a controller with n I/O queues of depth 16.
 func ioQueues(t *testing.T, addr string, n int) []*tq {
@@ -96,7 +66,8 @@ func newMem(t testing.TB, size int64) *backstore.Mem {
 func TestPlacedWrite(t *testing.T) {
 	t.Parallel()
 	disk := &placeCounter{Mem: newMem(t, 64<<20)}
-	io := ioQueues(t, diskTarget(t, disk), 1)[0]
+	_, _, addr := diskTarget(t, disk)
+	io := ioQueues(t, addr, 1)[0]
 	const chunkBlocks = backstore.MemChunkSize / 512
 	for i, c := range []struct {
 		slba   uint64
@@ -151,7 +122,8 @@ func TestPlacedWriteConcurrent(t *testing.T) {
 	t.Parallel()
 	const size = 16 << 20
 	disk := &placeCounter{Mem: newMem(t, size)}
-	qs := ioQueues(t, diskTarget(t, disk), 4)
+	_, _, addr := diskTarget(t, disk)
+	qs := ioQueues(t, addr, 4)
 	want := make([]byte, size)
 	var wg sync.WaitGroup
 	for qi, io := range qs {
@@ -218,7 +190,8 @@ func TestPlacedWriteStatuses(t *testing.T) {
 		status nvmeof.Status
 	}
 	run := func(t *testing.T, disk backstore.Disk, mem *backstore.Mem) []result {
-		io := ioQueues(t, diskTarget(t, disk), 1)[0]
+		_, _, addr := diskTarget(t, disk)
+		io := ioQueues(t, addr, 1)[0]
 		const nsze = 8 << 20 / 512
 		var out []result
 		add := func(what string, f nvmeof.CQEFields) { out = append(out, result{what, f.Status}) }
@@ -304,7 +277,8 @@ func TestPlacedWriteReadFails(t *testing.T) {
 			if !placed {
 				disk = copyOnly{mem}
 			}
-			io := ioQueues(t, diskTarget(t, disk), 1)[0]
+			_, _, addr := diskTarget(t, disk)
+			io := ioQueues(t, addr, 1)[0]
 			before := mem.Stats()
 			capsule := make([]byte, 64)
 			nvmeof.SQE(capsule).RW().Encode(&nvmeof.RWFields{Opcode: nvmeof.IOWrite, NSID: 1, SLBA: 128, NLB: 255})

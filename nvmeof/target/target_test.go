@@ -27,6 +27,17 @@ const (
 // loopback port.
 func testTarget(t testing.TB, size int64, hosts ...string) (*Target, *Subsystem, string) {
 	t.Helper()
+	disk, err := backstore.NewMem(size, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return diskTarget(t, disk, hosts...)
+}
+
+// diskTarget starts a target exporting disk as namespace 1 of testNQN on
+// a loopback port, for hosts (any host when none).
+func diskTarget(t testing.TB, disk backstore.Disk, hosts ...string) (*Target, *Subsystem, string) {
+	t.Helper()
 	p, err := iwarp.New(iwarp.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -41,10 +52,6 @@ func testTarget(t testing.TB, size int64, hosts ...string) (*Target, *Subsystem,
 	}
 	t.Cleanup(func() { tg.Close() })
 	sub, err := tg.AddSubsystem(SubsystemConfig{NQN: testNQN, AllowAnyHost: len(hosts) == 0, AllowedHosts: hosts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	disk, err := backstore.NewMem(size, 512)
 	if err != nil {
 		t.Fatal(err)
 	}
