@@ -47,6 +47,10 @@ type testHandler struct {
 	ctls   int
 	sent   int
 	inits  map[int]int // InitSlot calls per slot
+	// implicit and implW are the queue's implicit MRs, read on the
+	// queue's goroutine before the test starts (Close clears the
+	// queue's fields when the connection ends).
+	implicit, implW rdma.MR
 }
 
 func (h *testHandler) Recv(m Msg) error {
@@ -203,6 +207,7 @@ func setup(t *testing.T, cfg TargetConfig) (*host, *testHandler) {
 			return
 		}
 		h.q = q
+		h.implicit, h.implW = q.Implicit(), q.ImplicitWrite()
 		defer q.Close()
 		if err := req.Accept(context.Background(), q.QP(), rdma.ConnParam{ResponderResources: 4, InitiatorDepth: 4}); err != nil {
 			ready <- err
@@ -321,8 +326,8 @@ func TestTargetQueueReadWriteRespond(t *testing.T) {
 func TestTargetQueueReadSGL(t *testing.T) {
 	t.Parallel()
 	hs, h := setup(t, TargetConfig{Recvs: 8, RecvLen: 256, RespLen: 8, SendSGE: 3, ImplicitWrite: true})
-	if h.q.ImplicitWrite() == nil || h.q.Implicit() != nil {
-		t.Fatalf("implicit MRs %v (write) %v (read), want only the write one", h.q.ImplicitWrite(), h.q.Implicit())
+	if h.implW == nil || h.implicit != nil {
+		t.Fatalf("implicit MRs %v (write) %v (read), want only the write one", h.implW, h.implicit)
 	}
 	for i := range hs.buf[:50000] {
 		hs.buf[i] = byte(i * 7)
@@ -412,7 +417,8 @@ func TestTargetQueueLayouts(t *testing.T) {
 				waitFor(t, func() bool {
 					h.mu.Lock()
 					defer h.mu.Unlock()
-					return h.starts == i+1
+					// Start counts a request before it holds it.
+					return h.starts == i+1 && h.held[uint32(i)] != nil
 				})
 				h.mu.Lock()
 				m := h.msgs[i]
