@@ -234,17 +234,37 @@ func (m *Mem) ViewAt(segs [][]byte, off int64, n int) (int, error) {
 	if err := m.check(OpRead, off, int64(n), false); err != nil {
 		return 0, err
 	}
-	first, last := off>>memChunkShift, (off+int64(n)-1)>>memChunkShift
-	if n > 0 && last-first >= int64(len(segs)) {
-		return 0, fmt.Errorf("viewing %d bytes at %d: %d chunks for %d segments: %w", n, off, last-first+1, len(segs), ErrUnsupported)
+	if c := chunksOf(off, n); c > int64(len(segs)) {
+		return 0, fmt.Errorf("viewing %d bytes at %d: %d chunks for %d segments: %w", n, off, c, len(segs), ErrUnsupported)
 	}
 	start := m.stats.begin()
+	k := m.fillSegs(segs, off, n, false)
+	m.stats.end(&m.stats.read, int64(n), start, nil)
+	return k, nil
+}
+
+// chunksOf returns how many chunks n bytes at off touch.
+func chunksOf(off int64, n int) int64 {
+	if n == 0 {
+		return 0
+	}
+	return (off+int64(n)-1)>>memChunkShift - off>>memChunkShift + 1
+}
+
+// fillSegs fills segs with the memory of n bytes at off, one entry per
+// chunk touched, and returns how many it used: for a write (PlaceAt) each
+// chunk allocated as WriteAt would, for a read (ViewAt) the disk's zero
+// chunk where nothing was written. The caller checked that segs is long
+// enough (chunksOf).
+func (m *Mem) fillSegs(segs [][]byte, off int64, n int, write bool) int {
 	k := 0
 	for o, left := off, n; left > 0; k++ {
 		i := o >> memChunkShift
 		co := int(o & (MemChunkSize - 1))
-		c := m.chunk(i)
-		if c == nil {
+		var c *memChunk
+		if write {
+			c = m.chunkForWrite(i)
+		} else if c = m.chunk(i); c == nil {
 			c = m.zeros
 		}
 		l := min(left, MemChunkSize-co)
@@ -256,8 +276,7 @@ func (m *Mem) ViewAt(segs [][]byte, off int64, n int) (int, error) {
 		o += int64(l)
 		left -= l
 	}
-	m.stats.end(&m.stats.read, int64(n), start, nil)
-	return k, nil
+	return k
 }
 
 // PlaceAt begins a placed write of n bytes at off (see Placer): segs get
@@ -266,21 +285,11 @@ func (m *Mem) PlaceAt(segs [][]byte, off int64, n int) (Placement, error) {
 	if err := m.check(OpWrite, off, int64(n), true); err != nil {
 		return Placement{}, err
 	}
-	first, last := off>>memChunkShift, (off+int64(n)-1)>>memChunkShift
-	if n > 0 && last-first >= int64(len(segs)) {
-		return Placement{}, fmt.Errorf("placing %d bytes at %d: %d chunks for %d segments: %w", n, off, last-first+1, len(segs), ErrUnsupported)
+	if c := chunksOf(off, n); c > int64(len(segs)) {
+		return Placement{}, fmt.Errorf("placing %d bytes at %d: %d chunks for %d segments: %w", n, off, c, len(segs), ErrUnsupported)
 	}
 	start := m.stats.begin()
-	k := 0
-	for o, left := off, n; left > 0; k++ {
-		i := o >> memChunkShift
-		co := int(o & (MemChunkSize - 1))
-		c := m.chunkForWrite(i)
-		l := min(left, MemChunkSize-co)
-		segs[k] = unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(c), co)), l)
-		o += int64(l)
-		left -= l
-	}
+	k := m.fillSegs(segs, off, n, true)
 	return Placement{Segs: k, Off: off, Len: n, start: int64(start)}, nil
 }
 
