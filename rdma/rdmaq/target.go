@@ -16,7 +16,7 @@ const (
 	kindRecv  uint64 = 0 << 56
 	kindSend  uint64 = 1 << 56 // a slot's response Send
 	kindRead  uint64 = 2 << 56 // a slot's RDMA Read
-	kindWrite uint64 = 3 << 56 // a slot's RDMA Write (unsignaled)
+	kindWrite uint64 = 3 << 56 // a slot's RDMA Write (signaled; see Write)
 	kindCtl   uint64 = 4 << 56 // a control buffer's Send
 	kindMask  uint64 = 0xff << 56
 )
@@ -568,9 +568,16 @@ func (q *TargetQueue[R]) ReadSGL(s *Slot[R], sgl []rdma.SGE, raddr uint64, rkey 
 	return nil
 }
 
-// Write posts an unsignaled RDMA Write of n bytes of the slot's data
-// buffer at off to the peer's raddr/rkey. Post it before the response
-// Send: the peer sees the data before the response (RC ordering).
+// Write posts an RDMA Write of n bytes of the slot's data buffer at off to
+// the peer's raddr/rkey. Post it before the response Send: the peer sees
+// the data before the response (RC ordering).
+//
+// The Write is signaled although nothing waits for its completion: Linux
+// siw sends an unsignaled WQE of a page or more zero-copy (sendpage), and
+// completes it, and the response Send after it, once TCP holds the pages,
+// not once it has sent them; a slot freed on the Send's completion and
+// reused would then send the next request's data in place of this one's.
+// A signaled WQE is copied into the socket before it completes.
 func (q *TargetQueue[R]) Write(s *Slot[R], off, n int, raddr uint64, rkey uint32) error {
 	s.sgl[0] = rdma.SGE{MR: s.dataMR, Offset: off, Length: n}
 	return q.WriteSGL(s, s.sgl[:], raddr, rkey)
@@ -579,7 +586,8 @@ func (q *TargetQueue[R]) Write(s *Slot[R], off, n int, raddr uint64, rkey uint32
 // WriteSGL is Write gathering from sgl (for instance a RAM disk's memory
 // through the implicit MR). The scatter list is copied when posted.
 func (q *TargetQueue[R]) WriteSGL(s *Slot[R], sgl []rdma.SGE, raddr uint64, rkey uint32) error {
-	s.wr = rdma.SendWR{ID: kindWrite | uint64(s.idx), Op: rdma.OpRDMAWrite, SGL: sgl, RemoteAddr: raddr, RemoteKey: rkey}
+	s.wr = rdma.SendWR{ID: kindWrite | uint64(s.idx), Op: rdma.OpRDMAWrite, Flags: rdma.Signaled, SGL: sgl,
+		RemoteAddr: raddr, RemoteKey: rkey}
 	if err := q.qp.PostSend(&s.wr); err != nil {
 		return fmt.Errorf("rdmaq: posting an RDMA Write: %w", err)
 	}
@@ -672,6 +680,9 @@ func (q *TargetQueue[R]) complete(wc *rdma.WC) error {
 		}
 	case kindCtl:
 		return q.h.CtlSent(idx)
+	case kindWrite:
+		// Nothing to do: the response Send after it completes later (see
+		// Write), and that frees the slot.
 	}
 	return nil
 }

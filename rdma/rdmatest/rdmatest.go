@@ -50,6 +50,7 @@ func Run(t *testing.T, newProvider NewProvider) {
 		{"ImplicitWriteKeyRefusedRemotely", testImplicitWriteRemote},
 		{"QueueFull", testQueueFull},
 		{"UnsignaledSendsRetire", testUnsignaledRetire},
+		{"WriteSourceReusedAfterCompletion", testWriteSourceReuse},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -911,6 +912,62 @@ func testUnsignaledRetire(t *testing.T, np NewProvider) {
 	}
 	for i := 0; i < n; i++ {
 		expect(t, WaitWC(t, s.RecvCQ), rdma.OpRecv, rdma.StatusSuccess)
+	}
+}
+
+// testWriteSourceReuse is the contract the target queues rely on: once a
+// signaled RDMA Write and the Send after it have completed, the Write's
+// source may be overwritten (the next request's data) without changing what
+// the peer receives, with several such pairs in flight. Linux siw breaks it
+// for unsignaled Writes of a page or more (sent zero-copy, completed while
+// TCP still holds the pages), which is why rdmaq signals its Writes.
+func testWriteSourceReuse(t *testing.T, np NewProvider) {
+	const (
+		size   = 64 << 10
+		window = 4 // source regions in rotation
+		rounds = 64
+	)
+	c, s := Pair(t, prov(t, np), PairConfig{BufSize: rounds * size})
+	for i := 0; i < rounds; i++ {
+		if err := s.QP.PostRecv(&rdma.RecvWR{ID: uint64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// pending[slot] counts the slot's completions still to come (its Write
+	// and its Send).
+	var pending [window]int
+	reap := func() {
+		wc := WaitWC(t, c.SendCQ)
+		if wc.Status != rdma.StatusSuccess {
+			t.Fatalf("completion %+v", wc)
+		}
+		pending[int(wc.ID)%window]--
+	}
+	for i := 0; i < rounds; i++ {
+		slot := i % window
+		for pending[slot] > 0 {
+			reap()
+		}
+		src := c.Buf[slot*size : (slot+1)*size]
+		fill(src, uint64(i)+1)
+		if err := c.QP.PostSend(&rdma.SendWR{ID: uint64(slot), Op: rdma.OpRDMAWrite, Flags: rdma.Signaled,
+			SGL: []rdma.SGE{{MR: c.MR, Offset: slot * size, Length: size}}, RemoteAddr: s.MR.VA() + uint64(i*size), RemoteKey: s.MR.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.QP.PostSend(&rdma.SendWR{ID: uint64(slot), Op: rdma.OpSend, Flags: rdma.Signaled}); err != nil {
+			t.Fatal(err)
+		}
+		pending[slot] = 2
+	}
+	for i := 0; i < rounds; i++ {
+		expect(t, WaitWC(t, s.RecvCQ), rdma.OpRecv, rdma.StatusSuccess)
+	}
+	want := make([]byte, size)
+	for i := 0; i < rounds; i++ {
+		fill(want, uint64(i)+1)
+		if !bytes.Equal(s.Buf[i*size:(i+1)*size], want) {
+			t.Fatalf("Write %d (from source region %d, reused after its completions) landed with other data", i, i%window)
+		}
 	}
 }
 
