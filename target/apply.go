@@ -245,10 +245,10 @@ func keepRestartOnly(old, nc *Config, ch *Changes) {
 	case old.ISCSI != nil:
 		o, n := old.ISCSI, nc.ISCSI
 		if !same(o.Portals, n.Portals) || o.TPGT != n.TPGT || !same(o.DiscoveryCHAP, n.DiscoveryCHAP) || !same(o.DiscoveryMutualCHAP, n.DiscoveryMutualCHAP) ||
-			o.NopInTimeout != n.NopInTimeout || o.NopInResponseTimeout != n.NopInResponseTimeout || o.DataOutTimeout != n.DataOutTimeout {
-			ch.Skipped = append(ch.Skipped, "rdisk_iscsi portals, tpgt, discovery CHAP and timeouts change with a restart")
+			o.NopInTimeout != n.NopInTimeout || o.NopInResponseTimeout != n.NopInResponseTimeout || o.DataOutTimeout != n.DataOutTimeout || o.RDMA != n.RDMA {
+			ch.Skipped = append(ch.Skipped, "rdisk_iscsi portals, tpgt, discovery CHAP, rdisk_rdma and timeouts change with a restart")
 			n.Portals, n.TPGT, n.DiscoveryCHAP, n.DiscoveryMutualCHAP = slices.Clone(o.Portals), o.TPGT, o.DiscoveryCHAP, o.DiscoveryMutualCHAP
-			n.NopInTimeout, n.NopInResponseTimeout, n.DataOutTimeout = o.NopInTimeout, o.NopInResponseTimeout, o.DataOutTimeout
+			n.NopInTimeout, n.NopInResponseTimeout, n.DataOutTimeout, n.RDMA = o.NopInTimeout, o.NopInResponseTimeout, o.DataOutTimeout, o.RDMA
 		}
 	}
 	switch {
@@ -258,9 +258,9 @@ func keepRestartOnly(old, nc *Config, ch *Changes) {
 	case old.SRP != nil && nc.SRP == nil:
 		ch.Skipped = append(ch.Skipped, "rdisk_srp removed: SRP stops listening with a restart (its ports are kept)")
 		nc.SRP = old.clone().SRP
-	case old.SRP != nil && !same(old.SRP.Listen, nc.SRP.Listen):
-		ch.Skipped = append(ch.Skipped, "rdisk_srp listen addresses change with a restart")
-		nc.SRP.Listen = slices.Clone(old.SRP.Listen)
+	case old.SRP != nil && (!same(old.SRP.Listen, nc.SRP.Listen) || old.SRP.RDMA != nc.SRP.RDMA):
+		ch.Skipped = append(ch.Skipped, "rdisk_srp rdisk_rdma and listen addresses change with a restart")
+		nc.SRP.Listen, nc.SRP.RDMA = slices.Clone(old.SRP.Listen), old.SRP.RDMA
 	}
 	if !same(old.Gateway, nc.Gateway) {
 		ch.Skipped = append(ch.Skipped, "rdisk_gateway changes with a restart")
@@ -642,6 +642,9 @@ func (r *Running) applyLocked(in *Config, starting bool) (*Changes, error) {
 			cfg, err := portConfig(np)
 			if err == nil {
 				cfg.ANAGroups, err = r.anaWant(nc, np)
+			}
+			if err == nil && np.RDMA != "" {
+				cfg.Provider, err = r.provider(np.RDMA, cfg.Addr, fmt.Sprintf("port %d", np.PortID))
 			}
 			if err == nil {
 				port, err = r.T.AddPort(cfg)

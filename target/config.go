@@ -17,6 +17,7 @@ import (
 	"github.com/rdisk/rdisk/nvmeof"
 	"github.com/rdisk/rdisk/nvmeof/auth"
 	nvmet "github.com/rdisk/rdisk/nvmeof/target"
+	"github.com/rdisk/rdisk/rdma"
 )
 
 // Config is nvmetcli's JSON (/etc/nvmet/config.json), with an rdisk
@@ -38,6 +39,23 @@ type Config struct {
 	// package's OpenDevice (a program that wraps or provides disks; tests).
 	// Start keeps it for later changes. Not part of the file.
 	OpenDevice func(path string, o DeviceOptions) (backstore.Disk, error) `json:"-"`
+	// OpenRDMA, if set, returns the RDMA provider that a port's (or an
+	// rdisk_iscsi or rdisk_srp section's) "rdisk_rdma" names, for the
+	// address it listens on: auto, iwarp or verbs, as rdisk's --rdma flag.
+	// The caller owns the providers (it closes them after the target);
+	// without it, a configuration naming a provider is refused. Start
+	// keeps it for later changes. Not part of the file.
+	OpenRDMA func(choice, addr string) (rdma.Provider, error) `json:"-"`
+}
+
+// checkRDMAChoice checks an "rdisk_rdma" value: auto, iwarp, verbs, or
+// empty (the target's provider, which rdisk target's --rdma picks).
+func checkRDMAChoice(v string) error {
+	switch v {
+	case "", "auto", "iwarp", "verbs":
+		return nil
+	}
+	return fmt.Errorf("%q: want auto, iwarp or verbs (the RDMA provider serving it; empty: the target's, --rdma)", v)
 }
 
 // DeviceOptions are how a namespace's device is opened (OpenDevice).
@@ -140,6 +158,9 @@ type Port struct {
 	// Disabled ports are kept in the configuration but do not listen
 	// (rdisk admin port disable; an rdisk extension).
 	Disabled bool `json:"rdisk_disabled,omitempty"`
+	// RDMA is the RDMA provider serving the port (an rdisk extension):
+	// auto, iwarp or verbs, as rdisk's --rdma flag; empty, the target's.
+	RDMA string `json:"rdisk_rdma,omitempty"`
 }
 
 // PortAddr is a port's transport address.
@@ -385,6 +406,12 @@ func (c *Config) validate(pos *positions) error {
 		}
 		if _, err := pc.anaStates(); err != nil {
 			return pos.errAt(p+".ana_groups", "port %d: %v", pc.PortID, err)
+		}
+		if err := checkRDMAChoice(pc.RDMA); err != nil {
+			return pos.errAt(p+".rdisk_rdma", "port %d: %v", pc.PortID, err)
+		}
+		if pc.RDMA != "" && pc.Addr.TrType == "tcp" {
+			return pos.errAt(p+".rdisk_rdma", "port %d serves NVMe/TCP only: an RDMA provider (%q) has nothing to serve", pc.PortID, pc.RDMA)
 		}
 		if v, ok := pc.Param["inline_data_size"]; ok {
 			if _, err := strconv.Atoi(v); err != nil {

@@ -681,10 +681,13 @@ type NamespaceStatus struct {
 
 // PortStatus is an NVMe-oF port of the model.
 type PortStatus struct {
-	ID         uint16   `json:"portid"`
-	Addr       string   `json:"addr"`
-	Transport  string   `json:"trtype"`
-	Listening  bool     `json:"listening"`
+	ID        uint16 `json:"portid"`
+	Addr      string `json:"addr"`
+	Transport string `json:"trtype"`
+	Listening bool   `json:"listening"`
+	// Provider names the RDMA provider serving the port (rdma.Provider's
+	// Name; empty on a TCP port or one not listening).
+	Provider   string   `json:"rdma_provider,omitempty"`
 	Subsystems []string `json:"subsystems"`
 	// ANA are the states of the port's ANA groups, as hosts connected
 	// through it see them (live; group 1 always).
@@ -803,6 +806,9 @@ func (r *Running) Status() *Status {
 		}
 		if lp := r.T.Port(p.PortID); lp != nil {
 			ps.Addr, ps.Listening = lp.Addr().String(), true
+			if pp := lp.Provider(); pp != nil {
+				ps.Provider = pp.Name()
+			}
 			ps.ANA = map[uint32]string{}
 			for g, a := range lp.ANAStates() {
 				ps.ANA[g] = a.String()

@@ -48,7 +48,11 @@ type Running struct {
 	SRPAddrs    []net.Addr
 
 	p      rdma.Provider
-	open   func(path string, o DeviceOptions) (backstore.Disk, error)
+	// openRDMA is Config.OpenRDMA; iscsiP and srpP serve the SCSI
+	// sections' RDMA (their rdisk_rdma, else p).
+	openRDMA     func(choice, addr string) (rdma.Provider, error)
+	iscsiP, srpP rdma.Provider
+	open         func(path string, o DeviceOptions) (backstore.Disk, error)
 	log    *slog.Logger
 	hook   func(int)
 	ctx    context.Context
@@ -129,7 +133,7 @@ func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (
 			return openDevice(path, o, log)
 		}
 	}
-	r := &Running{T: t, p: p, open: open, log: log, hook: hook, cfg: &Config{},
+	r := &Running{T: t, p: p, openRDMA: c.OpenRDMA, open: open, log: log, hook: hook, cfg: &Config{},
 		subs: map[string]*nvmet.Subsystem{}, disks: map[nsKey]backstore.Disk{}, lus: map[nsKey]*scsi.LU{}, failing: map[nsKey]string{}}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	defer func() {
@@ -166,6 +170,30 @@ func Start(c *Config, p rdma.Provider, log *slog.Logger, hook func(delta int)) (
 	return r, nil
 }
 
+// ISCSIProvider is the RDMA provider serving iSER on the iSCSI portals
+// (nil: none); SRPProvider the SRP listeners'.
+func (r *Running) ISCSIProvider() rdma.Provider { return r.iscsiP }
+
+// SRPProvider is the RDMA provider of the SRP listeners (nil: no SRP).
+func (r *Running) SRPProvider() rdma.Provider { return r.srpP }
+
+// provider returns the RDMA provider that an "rdisk_rdma" value names for
+// the listening address addr (Config.OpenRDMA); what names the port or
+// section for errors.
+func (r *Running) provider(choice, addr, what string) (rdma.Provider, error) {
+	if choice == "" {
+		return r.p, nil
+	}
+	if r.openRDMA == nil {
+		return nil, fmt.Errorf("%s: rdisk_rdma %q: this program opens no providers by name (Config.OpenRDMA)", what, choice)
+	}
+	p, err := r.openRDMA(choice, addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: rdisk_rdma %q: %w", what, choice, err)
+	}
+	return p, nil
+}
+
 // initSCSI makes the SCSI transports of c's sections, with no targets yet
 // (applyLocked adds them) and not listening (listenSCSI).
 func (r *Running) initSCSI(c *Config) error {
@@ -173,10 +201,13 @@ func (r *Running) initSCSI(c *Config) error {
 		secs := func(n int) time.Duration { return time.Duration(n) * time.Second }
 		cfg := iscsitarget.Config{Logger: r.log, ConnHook: r.hook, PortalGroupTag: ic.TPGT,
 			NopInInterval: secs(ic.NopInTimeout), NopInTimeout: secs(ic.NopInResponseTimeout), DataOutTimeout: secs(ic.DataOutTimeout)}
-		if sp, ok := r.p.(rdma.StreamProvider); ok {
+		var err error
+		if r.iscsiP, err = r.provider(ic.RDMA, ic.Portals[0], "rdisk_iscsi"); err != nil {
+			return err
+		}
+		if sp, ok := r.iscsiP.(rdma.StreamProvider); ok {
 			cfg.Provider = sp
 		}
-		var err error
 		if cfg.DiscoveryCHAP, err = chapOf(ic.DiscoveryCHAP); err != nil {
 			return fmt.Errorf("rdisk_iscsi: discovery_chap: %w", err)
 		}
@@ -190,10 +221,14 @@ func (r *Running) initSCSI(c *Config) error {
 		r.ISCSI = it
 		r.cfg.ISCSI = &ISCSIConfig{Portals: slices.Clone(ic.Portals), TPGT: ic.TPGT,
 			DiscoveryCHAP: ic.DiscoveryCHAP, DiscoveryMutualCHAP: ic.DiscoveryMutualCHAP,
-			NopInTimeout: ic.NopInTimeout, NopInResponseTimeout: ic.NopInResponseTimeout, DataOutTimeout: ic.DataOutTimeout}
+			NopInTimeout: ic.NopInTimeout, NopInResponseTimeout: ic.NopInResponseTimeout, DataOutTimeout: ic.DataOutTimeout, RDMA: ic.RDMA}
 	}
 	if sc := c.SRP; sc != nil {
-		if r.p == nil {
+		var err error
+		if r.srpP, err = r.provider(sc.RDMA, sc.Listen[0], "rdisk_srp"); err != nil {
+			return err
+		}
+		if r.srpP == nil {
 			return fmt.Errorf("rdisk_srp needs an RDMA provider")
 		}
 		st, err := srptarget.New(srptarget.Config{Logger: r.log, ConnHook: r.hook})
@@ -201,7 +236,7 @@ func (r *Running) initSCSI(c *Config) error {
 			return err
 		}
 		r.SRP = st
-		r.cfg.SRP = &SRPConfig{Listen: slices.Clone(sc.Listen)}
+		r.cfg.SRP = &SRPConfig{Listen: slices.Clone(sc.Listen), RDMA: sc.RDMA}
 	}
 	return nil
 }
@@ -220,18 +255,21 @@ func (r *Running) listenSCSI() error {
 					r.log.Error("iscsi portal", "addr", ln.Addr(), "err", err)
 				}
 			}()
-			if _, stream := r.p.(rdma.StreamProvider); r.p != nil && !stream {
+			if p := r.iscsiP; p != nil {
+				if _, stream := p.(rdma.StreamProvider); stream {
+					continue
+				}
 				// iSER through the device's RDMA/CM, same port number.
 				host, _, _ := net.SplitHostPort(a)
 				_, port, _ := net.SplitHostPort(ln.Addr().String())
-				rl, err := r.p.Listen(r.ctx, net.JoinHostPort(host, port))
+				rl, err := p.Listen(r.ctx, net.JoinHostPort(host, port))
 				if err != nil {
-					r.log.Warn("iscsi portal: iSER not served beside iSCSI/TCP", "addr", net.JoinHostPort(host, port), "provider", r.p.Name(), "err", err)
+					r.log.Warn("iscsi portal: iSER not served beside iSCSI/TCP", "addr", net.JoinHostPort(host, port), "provider", p.Name(), "err", err)
 					continue
 				}
 				r.ISERPortals = append(r.ISERPortals, rl.Addr())
 				go func() {
-					if err := r.ISCSI.ServeRDMA(r.ctx, r.p, rl); err != nil {
+					if err := r.ISCSI.ServeRDMA(r.ctx, p, rl); err != nil {
 						r.log.Error("iser portal", "addr", rl.Addr(), "err", err)
 					}
 				}()
@@ -240,7 +278,7 @@ func (r *Running) listenSCSI() error {
 	}
 	if sc := r.cfg.SRP; sc != nil {
 		for _, a := range sc.Listen {
-			la, err := r.SRP.Listen(r.ctx, r.p, a)
+			la, err := r.SRP.Listen(r.ctx, r.srpP, a)
 			if err != nil {
 				return err
 			}

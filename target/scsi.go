@@ -48,6 +48,11 @@ type ISCSIConfig struct {
 	// portals are relative target port TPGT; a group without ports holds
 	// it. Empty: one group, active/optimized.
 	PortGroups []PortGroup `json:"port_groups,omitempty"`
+	// RDMA is the RDMA provider serving iSER on the portals: auto, iwarp
+	// or verbs, as rdisk's --rdma flag; empty, the target's. With iwarp
+	// iSER shares the TCP portal; with verbs it listens beside it on the
+	// device's RDMA/CM.
+	RDMA string `json:"rdisk_rdma,omitempty"`
 }
 
 // PortGroup is an ALUA target port group.
@@ -130,6 +135,9 @@ type SRPConfig struct {
 	// ISCSIConfig.PortGroups); a group without ports holds every port of
 	// this gateway.
 	PortGroups []PortGroup `json:"port_groups,omitempty"`
+	// RDMA is the RDMA provider the SRP listeners use: auto, iwarp or
+	// verbs, as rdisk's --rdma flag; empty, the target's.
+	RDMA string `json:"rdisk_rdma,omitempty"`
 }
 
 // SRPPort is one SRP target port.
@@ -288,6 +296,9 @@ func (c *Config) validateSCSI(pos *positions, subs map[string]*Subsystem) error 
 		if ic.DiscoveryMutualCHAP != nil && ic.DiscoveryCHAP == nil {
 			return pos.errAt("rdisk_iscsi.discovery_mutual_chap", "discovery_mutual_chap needs discovery_chap")
 		}
+		if err := checkRDMAChoice(ic.RDMA); err != nil {
+			return pos.errAt("rdisk_iscsi.rdisk_rdma", "%v", err)
+		}
 		open := false
 		for i, a := range ic.Portals {
 			h, _, err := net.SplitHostPort(a)
@@ -347,6 +358,9 @@ func (c *Config) validateSCSI(pos *positions, subs map[string]*Subsystem) error 
 	if sc := c.SRP; sc != nil {
 		if len(sc.Listen) == 0 {
 			return pos.errAt("rdisk_srp.listen", "no address to listen on")
+		}
+		if err := checkRDMAChoice(sc.RDMA); err != nil {
+			return pos.errAt("rdisk_srp.rdisk_rdma", "%v", err)
 		}
 		open := false
 		for i, a := range sc.Listen {

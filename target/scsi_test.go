@@ -105,6 +105,8 @@ func TestConfigSCSIErrors(t *testing.T) {
 		{`"listen": ["127.0.0.1:0"]`, `"listen": []`, "rdisk_srp.listen: no address to listen on"},
 		{`"id_ext": "0000000000000007"`, `"id_ext": "xyz"`, "rdisk_srp.ports[0].id_ext"},
 		{`"allow_any_initiator": true`, `"allow_any_initiatr": true`, `unknown key "allow_any_initiatr"`},
+		{`"listen": ["127.0.0.1:0"]`, `"listen": ["127.0.0.1:0"], "rdisk_rdma": "rxe"`, `rdisk_srp.rdisk_rdma: "rxe": want auto, iwarp or verbs`},
+		{`"portals": ["127.0.0.1:0"]`, `"portals": ["127.0.0.1:0"], "rdisk_rdma": "mlx5"`, `rdisk_iscsi.rdisk_rdma: "mlx5": want auto, iwarp or verbs`},
 	} {
 		_, err := Parse(strings.NewReader(strings.Replace(scsiConfig, tc.from, tc.to, 1)))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

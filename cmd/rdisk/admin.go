@@ -126,6 +126,7 @@ the difference. The socket speaks HTTP with JSON: curl --unix-socket
 						&cli.StringFlag{Name: "transport", Value: "rdma+tcp", Usage: "rdma, tcp or rdma+tcp"},
 						&cli.StringSliceFlag{Name: "subsystem", Usage: "subsystem NQN to export on it (repeatable)"},
 						&cli.IntFlag{Name: "inline-data-size", Usage: "in-capsule data size (nvmet's param_inline_data_size)"},
+						&cli.StringFlag{Name: "rdma-provider", Usage: "RDMA provider serving the port: auto, iwarp or verbs (the config's rdisk_rdma; default: the target's, its --rdma)"},
 					},
 					Action: adminPortAdd},
 				{Name: "rm", Aliases: []string{"remove"}, Usage: "stop and remove a port; its controllers are disconnected", ArgsUsage: "ID", Action: adminPort("DELETE", "")},
@@ -300,7 +301,7 @@ func printStatus(out io.Writer, st *target.Status) {
 		}
 		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d\t%s\t%s\n", n.Subsystem, n.NSID, n.Device, units.FormatSize(n.Size), n.BlockSize, state, scsi)
 	}
-	fmt.Fprintln(w, "\nPORTS\tTRANSPORT\tADDRESS\tSTATE\tSUBSYSTEMS\tANA GROUPS")
+	fmt.Fprintln(w, "\nPORTS\tTRANSPORT\tADDRESS\tSTATE\tRDMA\tSUBSYSTEMS\tANA GROUPS")
 	for _, p := range st.Ports {
 		state := "listening"
 		if !p.Listening {
@@ -310,7 +311,7 @@ func printStatus(out io.Writer, st *target.Status) {
 		for _, g := range slices.Sorted(maps.Keys(p.ANA)) {
 			ana = append(ana, fmt.Sprintf("%d:%s", g, p.ANA[g]))
 		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Transport, p.Addr, state, strings.Join(p.Subsystems, " "), cmp.Or(strings.Join(ana, " "), "-"))
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Transport, p.Addr, state, cmp.Or(p.Provider, "-"), strings.Join(p.Subsystems, " "), cmp.Or(strings.Join(ana, " "), "-"))
 	}
 	for _, pg := range []struct {
 		name string
@@ -626,6 +627,7 @@ func adminPortAdd(c *cli.Context) error {
 	if v := c.Int("inline-data-size"); v != 0 {
 		p.Param = map[string]string{"inline_data_size": strconv.Itoa(v)}
 	}
+	p.RDMA = c.String("rdma-provider")
 	return adminChange(c, "POST", "/v1/ports", p)
 }
 

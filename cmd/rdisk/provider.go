@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 
 	"github.com/urfave/cli/v2"
 
@@ -43,20 +44,72 @@ func rdmaOf(c *cli.Context) (string, error) {
 // listen on (listen) or to dial ("" when not known yet: auto then takes
 // iwarp).
 func openRDMA(choice string, log *slog.Logger, addr string, listen bool) (rdma.Provider, error) {
-	if choice == rdmaAuto {
+	return openKind(resolveRDMA(choice, addr, listen), log)
+}
+
+// resolveRDMA is the provider kind (iwarp or verbs) choice picks for addr
+// (see openRDMA).
+func resolveRDMA(choice, addr string, listen bool) string {
+	if choice == rdmaAuto || choice == "" {
 		choice = rdmaIWARP
 		if verbsBuilt && addr != "" && verbsServes(addr, listen) {
 			choice = rdmaVerbs
 		}
 	}
-	if choice == rdmaVerbs {
+	return choice
+}
+
+// openKind opens a provider of kind iwarp or verbs.
+func openKind(kind string, log *slog.Logger) (rdma.Provider, error) {
+	switch kind {
+	case rdmaVerbs:
 		p, err := openVerbs(log)
 		if err != nil {
 			return nil, fmt.Errorf("--rdma verbs: %w", err)
 		}
 		return p, nil
+	case rdmaIWARP:
+		return iwarp.New(iwarp.Config{Logger: log})
 	}
-	return iwarp.New(iwarp.Config{Logger: log})
+	return nil, fmt.Errorf("RDMA provider %q: want auto, iwarp or verbs", kind)
+}
+
+// providerSet opens each provider kind once for a target whose ports may
+// name their own (the configuration's rdisk_rdma), and closes them all.
+type providerSet struct {
+	log *slog.Logger
+	mu  sync.Mutex
+	m   map[string]rdma.Provider // by kind
+}
+
+// open returns the provider choice picks for the listening address addr,
+// opening it on first use.
+func (s *providerSet) open(choice, addr string) (rdma.Provider, error) {
+	kind := resolveRDMA(choice, addr, true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.m[kind]; p != nil {
+		return p, nil
+	}
+	p, err := openKind(kind, s.log)
+	if err != nil {
+		return nil, err
+	}
+	if s.m == nil {
+		s.m = map[string]rdma.Provider{}
+	}
+	s.m[kind] = p
+	return p, nil
+}
+
+// Close closes the providers opened.
+func (s *providerSet) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.m {
+		p.Close()
+	}
+	s.m = nil
 }
 
 // verbsServes tells whether an RDMA device serves addr: for a listener the
@@ -74,8 +127,11 @@ func verbsServes(addr string, listen bool) bool {
 	return verbsServesAddr(addr)
 }
 
-// providerName is what banners call p.
+// providerName is what banners call p ("" for none).
 func providerName(p rdma.Provider) string {
+	if p == nil {
+		return ""
+	}
 	if _, ok := p.(*iwarp.Provider); ok {
 		return "software iWARP"
 	}

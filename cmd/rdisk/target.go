@@ -123,14 +123,17 @@ func runTarget(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := openRDMA(choice, log, rdmaListenAddr(cfg), true)
+	provs := &providerSet{log: log}
+	defer provs.Close()
+	p, err := provs.open(choice, rdmaListenAddr(cfg))
 	if err != nil {
 		return err
 	}
-	defer p.Close()
 	if _, sw := p.(*iwarp.Provider); !sw {
 		log.Info("rdisk target: RDMA over rdma-core verbs", "provider", p.Name())
 	}
+	// Ports and SCSI sections with their own rdisk_rdma.
+	cfg.OpenRDMA = provs.open
 	run, err := target.Start(cfg, p, log, hook)
 	if err != nil {
 		return err
@@ -155,9 +158,9 @@ func runTarget(c *cli.Context) error {
 	}
 	printDisks(cfg, run.Disks())
 	for _, port := range run.Ports {
-		printPort(port, port.Subsystems(), providerName(p))
+		printPort(port, port.Subsystems(), providerName(port.Provider()))
 	}
-	printSCSIConfig(cfg, run, providerName(p))
+	printSCSIConfig(cfg, run)
 	reload := reloadFunc(c.String("config"), run, log)
 	if metricsLn != nil {
 		go serveMetrics(c.Context, metricsLn, newRegistry(run.Collector()), log)
@@ -367,8 +370,9 @@ func scsiFromFlags(c *cli.Context, cfg *target.Config, nqn string) error {
 }
 
 // printSCSIConfig prints the iSCSI targets and SRP ports of the config.
-func printSCSIConfig(cfg *target.Config, run *target.Running, pname string) {
+func printSCSIConfig(cfg *target.Config, run *target.Running) {
 	if run.ISCSI != nil {
+		pname := providerName(run.ISCSIProvider())
 		for _, a := range run.ISCSIPortals {
 			for _, t := range cfg.ISCSI.Targets {
 				switch {
@@ -386,6 +390,7 @@ func printSCSIConfig(cfg *target.Config, run *target.Running, pname string) {
 			}
 		}
 	}
+	pname := providerName(run.SRPProvider())
 	for _, a := range run.SRPAddrs {
 		for i, p := range run.SRPPorts {
 			u := p.URL(a.String())

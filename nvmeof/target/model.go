@@ -10,6 +10,7 @@ import (
 	"github.com/rdisk/rdisk/backstore"
 	"github.com/rdisk/rdisk/nvmeof"
 	"github.com/rdisk/rdisk/nvmeof/auth"
+	"github.com/rdisk/rdisk/rdma"
 )
 
 // SubsystemConfig describes an NVM subsystem, as nvmetcli's "subsystems"
@@ -101,6 +102,10 @@ type PortConfig struct {
 	// through it. Group IDs are 1 to 128 (ANAGRPMAX). Port.SetANAState
 	// changes them live.
 	ANAGroups map[uint32]nvmeof.ANAState
+	// Provider, if set, serves the port's RDMA in place of the target's
+	// (Config.Provider): a port on an RDMA NIC's address beside one on the
+	// software iWARP provider. The target does not close it.
+	Provider rdma.Provider
 }
 
 // Referral points hosts to another discovery service.

@@ -38,9 +38,9 @@ type rdmaQueue struct {
 // rdmaListener is an RDMA/CM listener behind a port.
 type rdmaListener struct{ rdma.Listener }
 
-// listenRDMA listens on addr with the target's provider.
-func (t *Target) listenRDMA(addr string) (portListener, error) {
-	ln, err := t.p.Listen(t.ctx, addr)
+// listenRDMA listens on addr with provider p (the port's).
+func (t *Target) listenRDMA(p rdma.Provider, addr string) (portListener, error) {
+	ln, err := p.Listen(t.ctx, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func (p *Port) newRDMAQueue(f nvmeof.CMRequestFields) (*rdmaQueue, error) {
 		hook = p.t.hook
 	}
 	tq, err := rdmaq.NewTargetQueue(rdmaq.TargetConfig{
-		Provider: p.t.p, Recvs: depth, RecvLen: nvmeof.SQESize + p.cfg.InlineDataSize, SplitAt: nvmeof.SQESize,
+		Provider: p.prov, Recvs: depth, RecvLen: nvmeof.SQESize + p.cfg.InlineDataSize, SplitAt: nvmeof.SQESize,
 		Slots: 2 * depth, RespLen: nvmeof.CQESize, SendSGE: maxDataSGE, SendWRs: 4 * depth,
 		Implicit: f.QID != 0, ImplicitWrite: f.QID != 0, MaxData: mdts, Hook: hook,
 	}, q)

@@ -214,6 +214,7 @@ func (t *Target) Subsystem(nqn string) *Subsystem {
 type Port struct {
 	t    *Target
 	cfg  PortConfig
+	prov rdma.Provider // serves the port's RDMA; nil on a TCP port
 	ln   portListener
 	host string
 	svc  string
@@ -251,6 +252,10 @@ type portListener interface {
 
 // Addr is the address the port listens on.
 func (p *Port) Addr() net.Addr { return p.ln.Addr() }
+
+// Provider returns the RDMA provider serving the port (PortConfig.Provider
+// or the target's), nil on a TCP-only port.
+func (p *Port) Provider() rdma.Provider { return p.prov }
 
 // Transport is the transport the port serves (TransportRDMA when the
 // config left it empty).
@@ -305,26 +310,31 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 	}
 	t.mu.Unlock()
 	addr := net.JoinHostPort(host, svc)
+	prov := cfg.Provider
+	if prov == nil {
+		prov = t.p
+	}
 	var ln portListener
 	switch cfg.Transport {
 	case "", TransportRDMA:
-		if t.p == nil {
+		if prov == nil {
 			return nil, fmt.Errorf("port %d: transport rdma needs an RDMA provider", cfg.ID)
 		}
-		ln, err = t.listenRDMA(addr)
+		ln, err = t.listenRDMA(prov, addr)
 	case TransportTCP:
+		prov = nil
 		ln, err = t.listenTCP(addr, nil)
 	case TransportBoth:
-		if t.p == nil {
+		if prov == nil {
 			return nil, fmt.Errorf("port %d: transport %s needs an RDMA provider", cfg.ID, cfg.Transport)
 		}
-		if sp, ok := t.p.(rdma.StreamProvider); ok {
+		if sp, ok := prov.(rdma.StreamProvider); ok {
 			// One TCP listener: MPA requests and ICReqs told apart.
 			ln, err = t.listenTCP(addr, sp)
 		} else {
 			// A device's RDMA/CM port space is not TCP's: an RDMA/CM
 			// listener and a TCP one on the same port number.
-			ln, err = t.listenPair(addr)
+			ln, err = t.listenPair(prov, addr)
 		}
 	default:
 		return nil, fmt.Errorf("port %d: transport %q: want %s, %s or %s", cfg.ID, cfg.Transport, TransportRDMA, TransportTCP, TransportBoth)
@@ -338,7 +348,7 @@ func (t *Target) AddPort(cfg PortConfig) (*Port, error) {
 			host = ta.IP.String()
 		}
 	}
-	p := &Port{t: t, cfg: cfg, ln: ln, host: host, svc: svc}
+	p := &Port{t: t, cfg: cfg, ln: ln, host: host, svc: svc, prov: prov}
 	p.initANA(cfg.ANAGroups) // checked above
 	p.ctx, p.cancel = context.WithCancel(t.ctx)
 	t.mu.Lock()

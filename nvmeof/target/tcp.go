@@ -814,7 +814,7 @@ type pairListener struct {
 
 // listenPair listens for NVMe/TCP on addr, then for NVMe/RDMA on the port
 // number the TCP listener got.
-func (t *Target) listenPair(addr string) (portListener, error) {
+func (t *Target) listenPair(prov rdma.Provider, addr string) (portListener, error) {
 	tl, err := t.listenTCP(addr, nil)
 	if err != nil {
 		return nil, err
@@ -822,7 +822,7 @@ func (t *Target) listenPair(addr string) (portListener, error) {
 	tcp := tl.(*tcpListener)
 	host, _, _ := net.SplitHostPort(addr)
 	_, port, _ := net.SplitHostPort(tcp.Addr().String())
-	rl, err := t.listenRDMA(net.JoinHostPort(host, port))
+	rl, err := t.listenRDMA(prov, net.JoinHostPort(host, port))
 	if err != nil {
 		tcp.Close()
 		return nil, fmt.Errorf("NVMe/RDMA beside NVMe/TCP on port %s: %w", port, err)
