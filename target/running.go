@@ -47,16 +47,16 @@ type Running struct {
 	SRPPorts    []*srptarget.Port
 	SRPAddrs    []net.Addr
 
-	p      rdma.Provider
+	p rdma.Provider
 	// openRDMA is Config.OpenRDMA; iscsiP and srpP serve the SCSI
 	// sections' RDMA (their rdisk_rdma, else p).
 	openRDMA     func(choice, addr string) (rdma.Provider, error)
 	iscsiP, srpP rdma.Provider
 	open         func(path string, o DeviceOptions) (backstore.Disk, error)
-	log    *slog.Logger
-	hook   func(int)
-	ctx    context.Context
-	cancel context.CancelFunc
+	log          *slog.Logger
+	hook         func(int)
+	ctx          context.Context
+	cancel       context.CancelFunc
 
 	// mu serialises changes; it guards the fields below.
 	mu    sync.Mutex
