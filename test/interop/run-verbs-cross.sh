@@ -10,7 +10,7 @@
 # Usage: test/interop/run-verbs-cross.sh [run-guest.sh options...]
 #   LAB=DIR            the lab (default: ../shared/lab next to the project root)
 #   CROSS_RUNTIME=N    seconds per bench run (default 5)
-#   CROSS_ONLY=A|B     one direction (A: verbs target, B: iwarp target)
+#   CROSS_ONLY=A|B|M   one direction (A: verbs target, B: iwarp target, M: one target, a verbs port and an iwarp port)
 #   CROSS_PROTO="..."  protocols among nvme iser srp (default all)
 #   CROSS_DEBUG=1      debug logs on both sides
 #   CROSS_LOG=FILE     full console log (default $TMPDIR/rdisk-verbs-cross.log)

@@ -11,7 +11,8 @@
 #   lab-net.sh   the lab's helper (LAB_IP, lab_dummy_up); inlined if absent
 # Environment (run-guest.sh --env):
 #   CROSS_RUNTIME=N   seconds per bench run (default 5)
-#   CROSS_ONLY=A|B    one direction (A: verbs target <- iwarp host, B: iwarp target <- verbs host)
+#   CROSS_ONLY=A|B|M  one direction (A: verbs target <- iwarp host, B: iwarp target <- verbs host,
+#                     M: one target serving a port on verbs and a port on iwarp, from --config rdisk_rdma)
 #   CROSS_PROTO="nvme iser srp"  the protocols (default all three)
 #   CROSS_DEBUG=1     rdisk --log-level debug on both sides
 # Direction A has no iSER bench: siw's listener takes the kernel TCP port,
@@ -149,8 +150,58 @@ direction() {
   fi
 }
 
+# mixed: one target, two NVMe-oF ports with their own providers (the
+# configuration's rdisk_rdma): port 1 on the siw address through verbs,
+# port 2 on loopback through the software iWARP provider (siw0 does not
+# serve 127.0.0.1). The same namespace verified through each.
+mixed() {
+  echo; echo "=== mixed: one target, port 1 rdisk_rdma verbs ($LAB_IP:4420), port 2 rdisk_rdma iwarp (127.0.0.1:4421) ==="
+  mark=$(dmesg | wc -l)
+  cat > /tmp/mixed.json <<JSON
+{
+  "subsystems": [{"nqn": "$NQN", "attr": {"allow_any_host": "1"},
+    "namespaces": [{"nsid": 1, "enable": 1, "device": {"path": "ram:256MiB"}}]}],
+  "ports": [
+    {"portid": 1, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "$LAB_IP", "trsvcid": "4420"},
+     "subsystems": ["$NQN"], "rdisk_rdma": "verbs"},
+    {"portid": 2, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1", "trsvcid": "4421"},
+     "subsystems": ["$NQN"], "rdisk_rdma": "iwarp"}]
+}
+JSON
+  rdisk --log-level $LVL target --config /tmp/mixed.json --discovery-listen "" --admin-socket "" > /tmp/target-M.log 2>&1 &
+  tpid=$!
+  i=0
+  while [ $i -lt 100 ] && [ "$(grep -c 'discover: rdisk discover' /tmp/target-M.log)" -lt 2 ]; do
+    kill -0 $tpid 2>/dev/null || break
+    i=$((i+1)); sleep 0.2
+  done
+  cat /tmp/target-M.log
+  if ! kill -0 $tpid 2>/dev/null; then
+    result M-target FAIL "rdisk target --config (mixed providers) exited: $(tail -c 300 /tmp/target-M.log)"; kernel_log $mark
+    return
+  fi
+  if grep -q "on $LAB_IP:4420 (NVMe-oF/RDMA, verbs:siw0)" /tmp/target-M.log &&
+     grep -q "on 127.0.0.1:4421 (NVMe-oF/RDMA, software iWARP)" /tmp/target-M.log; then
+    result M-target PASS "port 1 served by verbs:siw0, port 2 by software iWARP, one process"
+  else
+    result M-target FAIL "the banners do not name verbs:siw0 for port 1 and software iWARP for port 2"
+  fi
+  bench_case M-nvme-verbs-port iwarp "nvme://$LAB_IP:4420/$NQN/1" --rw randrw --verify --bs 4KiB --qd 16 --jobs 2 --runtime ${RT}s --size 32MiB
+  bench_case M-nvme-iwarp-port iwarp "nvme://127.0.0.1:4421/$NQN/1" --rw randrw --verify --bs 4KiB --qd 16 --jobs 2 --runtime ${RT}s --size 32MiB
+  kill -INT $tpid
+  i=0
+  while [ $i -lt 100 ] && kill -0 $tpid 2>/dev/null; do i=$((i+1)); sleep 0.2; done
+  if kill -0 $tpid 2>/dev/null; then
+    result M-target-stop FAIL "still running 20 s after SIGINT"; kill -9 $tpid
+  else
+    wait $tpid; rc=$?
+    if [ $rc = 0 ]; then result M-target-stop PASS "exit 0"; else result M-target-stop FAIL "exit $rc: $(tail -c 300 /tmp/target-M.log)"; fi
+  fi
+}
+
 [ "${CROSS_ONLY:-A}" = A ] && direction A verbs iwarp
 [ "${CROSS_ONLY:-B}" = B ] && direction B iwarp verbs
+[ "${CROSS_ONLY:-M}" = M ] && mixed
 
 echo
 echo "=== summary ==="
