@@ -51,17 +51,6 @@ type Caps struct {
 	// checked). Memory a peer may not read must not be registered with a
 	// remote key at all on such a provider.
 	RemoteReadUnchecked bool
-
-	// UnsignaledZeroCopy: the memory of an unsignaled send-queue work
-	// request may still be read after a later work request completed.
-	// Linux siw sends an unsignaled WQE of a page or more zero-copy
-	// (siw_qp_tx.c siw_qp_prepare_tx: zcopy_tx, SENDPAGE_THRESH, not
-	// SIW_WQE_SIGNALLED) and completes it, and what follows it, once TCP
-	// holds the pages, not once it has sent them. Memory that is reused
-	// on a later completion (a slot's data buffer freed when its response
-	// Send completes) must then go in a signaled work request, which siw
-	// copies into the socket before completing it.
-	UnsignaledZeroCopy bool
 }
 
 // Capable is implemented by providers that depart from the default

@@ -16,7 +16,7 @@ const (
 	kindRecv  uint64 = 0 << 56
 	kindSend  uint64 = 1 << 56 // a slot's response Send
 	kindRead  uint64 = 2 << 56 // a slot's RDMA Read
-	kindWrite uint64 = 3 << 56 // a slot's RDMA Write (signaled only where the provider needs it; see Write)
+	kindWrite uint64 = 3 << 56 // a slot's RDMA Write (unsignaled)
 	kindCtl   uint64 = 4 << 56 // a control buffer's Send
 	kindMask  uint64 = 0xff << 56
 )
@@ -164,13 +164,10 @@ type TargetQueue[R any] struct {
 	initer SlotIniter[R]
 
 	// Completion loop state (Run's goroutine only).
-	rwr  rdma.RecvWR
-	rsge [2]rdma.SGE
-	wcs  []rdma.WC
-	// writeFlags are the RDMA Writes' flags: Signaled on providers whose
-	// unsignaled WQEs are sent zero-copy (see Write).
-	writeFlags rdma.WRFlags
-	admitted   bool
+	rwr      rdma.RecvWR
+	rsge     [2]rdma.SGE
+	wcs      []rdma.WC
+	admitted bool
 
 	mu      sync.Mutex // guards free, pending and freed
 	free    []int32
@@ -229,9 +226,6 @@ func NewTargetQueue[R any](cfg TargetConfig, h TargetHandler[R]) (*TargetQueue[R
 		cfg.MaxData = 1 << 20
 	}
 	q := &TargetQueue[R]{cfg: cfg, h: h, wcs: make([]rdma.WC, 64)}
-	if rdma.CapsOf(cfg.Provider).UnsignaledZeroCopy {
-		q.writeFlags = rdma.Signaled
-	}
 	fail := func(step string, err error) (*TargetQueue[R], error) {
 		q.Close()
 		return nil, fmt.Errorf("rdmaq: %s: %w", step, err)
@@ -574,16 +568,12 @@ func (q *TargetQueue[R]) ReadSGL(s *Slot[R], sgl []rdma.SGE, raddr uint64, rkey 
 	return nil
 }
 
-// Write posts an RDMA Write of n bytes of the slot's data buffer at off to
-// the peer's raddr/rkey. Post it before the response Send: the peer sees
-// the data before the response (RC ordering).
-//
-// The Write is unsignaled (the response Send's completion frees the slot),
-// except on providers that declare rdma.Caps.UnsignaledZeroCopy (Linux
-// siw): there an unsignaled Write of a page or more completes, and the
-// Send after it, while TCP still holds the pages, and a slot reused then
-// sent the next request's data in place of this one's. A signaled Write
-// is copied into the socket before it completes.
+// Write posts an unsignaled RDMA Write of n bytes of the slot's data
+// buffer at off to the peer's raddr/rkey. Post it before the response
+// Send: the peer sees the data before the response (RC ordering), and the
+// Send's completion, which frees the slot, says the Write's memory is no
+// longer read (the rdma.QP contract; on Linux siw the verbs provider signals
+// such Writes itself to keep it).
 func (q *TargetQueue[R]) Write(s *Slot[R], off, n int, raddr uint64, rkey uint32) error {
 	s.sgl[0] = rdma.SGE{MR: s.dataMR, Offset: off, Length: n}
 	return q.WriteSGL(s, s.sgl[:], raddr, rkey)
@@ -592,8 +582,7 @@ func (q *TargetQueue[R]) Write(s *Slot[R], off, n int, raddr uint64, rkey uint32
 // WriteSGL is Write gathering from sgl (for instance a RAM disk's memory
 // through the implicit MR). The scatter list is copied when posted.
 func (q *TargetQueue[R]) WriteSGL(s *Slot[R], sgl []rdma.SGE, raddr uint64, rkey uint32) error {
-	s.wr = rdma.SendWR{ID: kindWrite | uint64(s.idx), Op: rdma.OpRDMAWrite, Flags: q.writeFlags, SGL: sgl,
-		RemoteAddr: raddr, RemoteKey: rkey}
+	s.wr = rdma.SendWR{ID: kindWrite | uint64(s.idx), Op: rdma.OpRDMAWrite, SGL: sgl, RemoteAddr: raddr, RemoteKey: rkey}
 	if err := q.qp.PostSend(&s.wr); err != nil {
 		return fmt.Errorf("rdmaq: posting an RDMA Write: %w", err)
 	}
@@ -686,9 +675,6 @@ func (q *TargetQueue[R]) complete(wc *rdma.WC) error {
 		}
 	case kindCtl:
 		return q.h.CtlSent(idx)
-	case kindWrite:
-		// A signaled Write (see Write): the response Send after it
-		// completes later and frees the slot.
 	}
 	return nil
 }

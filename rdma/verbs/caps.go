@@ -60,11 +60,8 @@ func deviceCaps(iwarp bool, vendor uint32) rdma.Caps {
 		// siw_check_sgl_tx(qp->pd, wqe, 0): no permission bits, so
 		// memory without IB_ACCESS_REMOTE_READ is read all the same.
 		c.RemoteReadUnchecked = true
-		// siw_qp_prepare_tx (siw_qp_tx.c) sends an unsignaled WQE of
-		// SENDPAGE_THRESH (a page) or more with sendpage (zcopy_tx is
-		// on), and the WQE completes, or retires behind a later signaled
-		// one, when TCP took the pages, before they are sent.
-		c.UnsignaledZeroCopy = true
+		// Unsignaled WQEs of a page or more would be sent zero-copy:
+		// PostSend signals them itself (siwZeroCopyMin), no departure.
 	}
 	return c
 }

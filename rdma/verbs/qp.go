@@ -420,25 +420,26 @@ func (q *qp) postState(recv bool) error {
 	return rdma.ErrQPState
 }
 
-// fillSGL copies a scatter list into C memory, checking every entry.
-func fillSGL(dst []C.struct_rd_sge, sgl []rdma.SGE) (int, error) {
+// fillSGL copies a scatter list into C memory, checking every entry; it
+// returns the entries written and their bytes.
+func fillSGL(dst []C.struct_rd_sge, sgl []rdma.SGE) (n, bytes int, err error) {
 	if len(sgl) > len(dst) {
-		return 0, rdma.ErrTooManySGE
+		return 0, 0, rdma.ErrTooManySGE
 	}
-	n := 0
 	for i := range sgl {
 		g := &sgl[i]
 		m, ok := g.MR.(*mr)
 		if !ok || g.Buf != nil || g.Offset < 0 || g.Length < 0 || g.Offset+g.Length > len(m.buf) {
-			return 0, rdma.ErrBadSGE
+			return 0, 0, rdma.ErrBadSGE
 		}
 		if g.Length == 0 {
 			continue
 		}
 		dst[n] = C.struct_rd_sge{addr: C.uint64_t(m.addr + uint64(g.Offset)), length: C.uint32_t(g.Length), lkey: C.uint32_t(m.lkey)}
 		n++
+		bytes += g.Length
 	}
-	return n, nil
+	return n, bytes, nil
 }
 
 var ibvOp = [...]C.uint32_t{
@@ -478,7 +479,7 @@ func (q *qp) PostSend(wr *rdma.SendWR) error {
 	if q.sqHead-q.sqEmit >= uint64(q.maxSend) {
 		return rdma.ErrQueueFull
 	}
-	n, err := fillSGL(q.ssge, wr.SGL)
+	n, size, err := fillSGL(q.ssge, wr.SGL)
 	if err != nil {
 		return err
 	}
@@ -490,7 +491,11 @@ func (q *qp) PostSend(wr *rdma.SendWR) error {
 		q.unsignaled = 0
 		flags |= C.IBV_SEND_SIGNALED
 		slot.signaled, slot.report = true, true
-	} else if q.unsignaled++; q.unsignaled >= q.maxSend/2 {
+	} else if q.unsignaled++; q.unsignaled >= q.maxSend/2 || (q.p.dev.vendor == siwVendor && size >= siwZeroCopyMin && wr.Op != rdma.OpRDMARead) {
+		// Signaled for the provider's sake, not reported: every
+		// maxSend/2 so that unsignaled WRs retire, and on siw every one
+		// that carries a page or more, which siw would otherwise send
+		// zero-copy (siwZeroCopyMin).
 		q.unsignaled = 0
 		flags |= C.IBV_SEND_SIGNALED
 		slot.signaled = true
@@ -515,6 +520,18 @@ func (q *qp) PostSend(wr *rdma.SendWR) error {
 	q.sqHead++
 	return nil
 }
+
+// siwZeroCopyMin is where Linux siw starts sending unsignaled WQEs
+// zero-copy: siw_qp_prepare_tx (siw_qp_tx.c) takes sendpage for a WQE of
+// SENDPAGE_THRESH (PAGE_SIZE) bytes or more without SIW_WQE_SIGNALLED, and
+// completes it, and the WQEs after it, once TCP holds the pages rather
+// than once it has sent them. A caller reusing the memory on a later
+// completion (a target's slot freed when its response Send completes)
+// would then send the next request's data in its place. siw copies a
+// signaled WQE into the socket before completing it, so PostSend signals
+// those WQEs itself (and does not report their completions): the rdma.QP
+// contract, memory reusable once a later work request completed, holds.
+const siwZeroCopyMin = 4096
 
 // lockSQ takes q.sqMu with room in the send queue if completions the
 // caller has not polled can make some: a full queue may be full of
@@ -543,7 +560,7 @@ func (q *qp) PostRecv(wr *rdma.RecvWR) error {
 	if q.rqHead-q.rqTail >= uint64(q.maxRecv) {
 		return rdma.ErrQueueFull
 	}
-	n, err := fillSGL(q.rsge, wr.SGL)
+	n, _, err := fillSGL(q.rsge, wr.SGL)
 	if err != nil {
 		return err
 	}
