@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rdisk/rdisk/backstore"
+	"github.com/rdisk/rdisk/rdma"
 	"github.com/rdisk/rdisk/rdma/iwarp"
 	"github.com/rdisk/rdisk/scsi"
 )
@@ -281,9 +282,25 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descSessionsClosed, prometheus.CounterValue, float64(n), "srp", reason)
 		}
 	}
-	if ip, ok := r.p.(interface{ Stats() iwarp.Stats }); ok {
+	if ip := r.iwarpStats(); ip != nil {
 		collectIWARP(ch, ip.Stats())
 	}
+}
+
+// iwarpStats is the software iWARP provider serving the target: the
+// target's own, else the first port's or SCSI section's (rdisk_rdma);
+// rdisk target opens one of each kind, so there is at most one.
+func (r *Running) iwarpStats() interface{ Stats() iwarp.Stats } {
+	provs := []rdma.Provider{r.p}
+	for _, port := range r.T.Ports() {
+		provs = append(provs, port.Provider())
+	}
+	for _, p := range append(provs, r.iscsiP, r.srpP) {
+		if ip, ok := p.(interface{ Stats() iwarp.Stats }); ok {
+			return ip
+		}
+	}
+	return nil
 }
 
 // addrList is the port label of the SCSI transports: their listening

@@ -124,3 +124,45 @@ func TestPortProviderErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestPortProviderMetrics: with a target provider that is not the software
+// iWARP one (verbs-like), the iWARP metrics come from the port whose
+// rdisk_rdma names it.
+func TestPortProviderMetrics(t *testing.T) {
+	t.Parallel()
+	vp, _ := iwarp.New(iwarp.Config{})
+	defer vp.Close()
+	ip, _ := iwarp.New(iwarp.Config{})
+	defer ip.Close()
+	js := strings.Replace(providersConfig, `"rdisk_rdma": "verbs"`, `"rdisk_rdma": "iwarp"`, 1)
+	js = strings.Replace(js, `"rdisk_rdma": "auto"`, `"rdisk_rdma": "iwarp"`, 1)
+	c, err := Parse(strings.NewReader(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.OpenRDMA = func(choice, addr string) (rdma.Provider, error) { return ip, nil }
+	// Port 1 takes the target's provider: verbs-like, its listener one TCP
+	// port up (ownSpace); nothing connects to it here.
+	run, err := Start(c, ownSpace{vp}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.Close()
+	col := run.Collector()
+	if ms := gather(t, col, "rdisk_iwarp_connections", nil); len(ms) != 1 || ms[0].GetGauge().GetValue() != 0 {
+		t.Fatalf("iWARP connections before any host: %v", ms)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	hp, _ := iwarp.New(iwarp.Config{})
+	defer hp.Close()
+	hc, err := host.Connect(ctx, hp, run.T.Port(2).Addr().String(), "nqn.2026-12.io.rdisk:p", host.Config{
+		HostNQN: "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555", HostID: [16]byte{1}, IOQueues: 1, QueueDepth: 8})
+	if err != nil {
+		t.Fatalf("NVMe-oF/RDMA through port 2: %v", err)
+	}
+	defer hc.Close()
+	if ms := gather(t, col, "rdisk_iwarp_connections", nil); len(ms) != 1 || ms[0].GetGauge().GetValue() < 2 {
+		t.Fatalf("iWARP connections with a host on port 2 (admin and I/O queue): %v", ms)
+	}
+}
