@@ -21,6 +21,18 @@ type namedProvider struct {
 
 func (n namedProvider) Name() string { return n.name }
 
+// connectPort connects an NVMe-oF/RDMA host through hp to the namespace's
+// subsystem on run's port id.
+func connectPort(t *testing.T, ctx context.Context, hp rdma.Provider, run *Running, id uint16) *host.Controller {
+	t.Helper()
+	hc, err := host.Connect(ctx, hp, run.T.Port(id).Addr().String(), "nqn.2026-12.io.rdisk:p", host.Config{
+		HostNQN: "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555", HostID: [16]byte{1}, IOQueues: 1, QueueDepth: 8})
+	if err != nil {
+		t.Fatalf("NVMe-oF/RDMA through port %d: %v", id, err)
+	}
+	return hc
+}
+
 const providersConfig = `{
   "subsystems": [{"nqn": "nqn.2026-12.io.rdisk:p", "attr": {"allow_any_host": "1"},
     "namespaces": [{"nsid": 1, "enable": 1, "device": {"path": "ram:1MiB"}}]}],
@@ -88,12 +100,7 @@ func TestPortProviders(t *testing.T) {
 	hp, _ := iwarp.New(iwarp.Config{})
 	defer hp.Close()
 	for _, id := range []uint16{1, 2} {
-		hc, err := host.Connect(ctx, hp, run.T.Port(id).Addr().String(), "nqn.2026-12.io.rdisk:p", host.Config{
-			HostNQN: "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555", HostID: [16]byte{1}, IOQueues: 1, QueueDepth: 8})
-		if err != nil {
-			t.Fatalf("NVMe-oF/RDMA through port %d: %v", id, err)
-		}
-		hc.Close()
+		connectPort(t, ctx, hp, run, id).Close()
 	}
 
 	// Without OpenRDMA, a configuration naming a provider does not start.
@@ -156,12 +163,7 @@ func TestPortProviderMetrics(t *testing.T) {
 	defer cancel()
 	hp, _ := iwarp.New(iwarp.Config{})
 	defer hp.Close()
-	hc, err := host.Connect(ctx, hp, run.T.Port(2).Addr().String(), "nqn.2026-12.io.rdisk:p", host.Config{
-		HostNQN: "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555", HostID: [16]byte{1}, IOQueues: 1, QueueDepth: 8})
-	if err != nil {
-		t.Fatalf("NVMe-oF/RDMA through port 2: %v", err)
-	}
-	defer hc.Close()
+	defer connectPort(t, ctx, hp, run, 2).Close()
 	if ms := gather(t, col, "rdisk_iwarp_connections", nil); len(ms) != 1 || ms[0].GetGauge().GetValue() < 2 {
 		t.Fatalf("iWARP connections with a host on port 2 (admin and I/O queue): %v", ms)
 	}
