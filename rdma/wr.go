@@ -58,6 +58,12 @@ const (
 	Solicited
 	// Fence waits for earlier RDMA Reads to complete before this WR starts.
 	Fence
+	// More says that the caller posts another send work request at once:
+	// the provider may hold this one and hand the chain to the device with
+	// one doorbell (one ibv_post_send) when a WR without More is posted.
+	// Every chain must end with a WR without More; until then its WRs may
+	// not have started. Providers without doorbells start it at once.
+	More
 )
 
 // SendWR is a send-queue work request.

@@ -316,20 +316,28 @@ func (e *endpoint) measure(ctx context.Context, o Options, rva uint64, rkey uint
 		cq = e.rcq // the server's acknowledgement completes a Send
 	}
 	var rwr rdma.RecvWR
-	post := func(slot int) error {
+	flags := wr.Flags
+	// post posts the WR of slot; more chains it to the next one (one
+	// doorbell for the WRs a batch of completions frees).
+	post := func(slot int, now time.Time, more bool) error {
 		wr.ID = uint64(slot)
 		wr.SGL[0] = rdma.SGE{MR: e.mr, Offset: slot * o.Size, Length: o.Size}
 		wr.RemoteAddr = rva + uint64(slot*o.Size)
-		posted[slot] = time.Now()
+		wr.Flags = flags
+		if more {
+			wr.Flags |= rdma.More
+		}
+		posted[slot] = now
 		return e.qp.PostSend(&wr)
 	}
 	start := time.Now()
 	end := start.Add(o.Duration)
 	for i := 0; i < o.QD; i++ {
-		if err := post(i); err != nil {
+		if err := post(i, start, i < o.QD-1); err != nil {
 			return nil, fmt.Errorf("posting: %w", err)
 		}
 	}
+	repost := make([]int, 0, o.QD)
 	// Sends complete in order through acknowledgements; map them to slots
 	// in posting order.
 	nextAck := 0
@@ -360,12 +368,16 @@ func (e *endpoint) measure(ctx context.Context, o Options, rva uint64, rkey uint
 			hist.Record(now.Sub(posted[slot]))
 			inflight--
 			if now.Before(end) {
-				if err := post(slot); err != nil {
-					return nil, fmt.Errorf("posting: %w", err)
-				}
-				inflight++
+				repost = append(repost, slot)
 			}
 		}
+		for i, slot := range repost {
+			if err := post(slot, now, i < len(repost)-1); err != nil {
+				return nil, fmt.Errorf("posting: %w", err)
+			}
+			inflight++
+		}
+		repost = repost[:0]
 	}
 	elapsed := time.Since(start).Seconds()
 	e.qp.Disconnect()

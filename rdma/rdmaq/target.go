@@ -573,7 +573,9 @@ func (q *TargetQueue[R]) ReadSGL(s *Slot[R], sgl []rdma.SGE, raddr uint64, rkey 
 // Send: the peer sees the data before the response (RC ordering), and the
 // Send's completion, which frees the slot, says the Write's memory is no
 // longer read (the rdma.QP contract; on Linux siw the verbs provider signals
-// such Writes itself to keep it).
+// such Writes itself to keep it). The Write is posted with rdma.More: it
+// may wait for the next WR posted on the queue (Respond, or the
+// disconnect after a failure) to go out with it in one doorbell.
 func (q *TargetQueue[R]) Write(s *Slot[R], off, n int, raddr uint64, rkey uint32) error {
 	s.sgl[0] = rdma.SGE{MR: s.dataMR, Offset: off, Length: n}
 	return q.WriteSGL(s, s.sgl[:], raddr, rkey)
@@ -582,7 +584,7 @@ func (q *TargetQueue[R]) Write(s *Slot[R], off, n int, raddr uint64, rkey uint32
 // WriteSGL is Write gathering from sgl (for instance a RAM disk's memory
 // through the implicit MR). The scatter list is copied when posted.
 func (q *TargetQueue[R]) WriteSGL(s *Slot[R], sgl []rdma.SGE, raddr uint64, rkey uint32) error {
-	s.wr = rdma.SendWR{ID: kindWrite | uint64(s.idx), Op: rdma.OpRDMAWrite, SGL: sgl, RemoteAddr: raddr, RemoteKey: rkey}
+	s.wr = rdma.SendWR{ID: kindWrite | uint64(s.idx), Op: rdma.OpRDMAWrite, Flags: rdma.More, SGL: sgl, RemoteAddr: raddr, RemoteKey: rkey}
 	if err := q.qp.PostSend(&s.wr); err != nil {
 		return fmt.Errorf("rdmaq: posting an RDMA Write: %w", err)
 	}

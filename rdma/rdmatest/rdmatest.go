@@ -51,6 +51,8 @@ func Run(t *testing.T, newProvider NewProvider) {
 		{"QueueFull", testQueueFull},
 		{"UnsignaledSendsRetire", testUnsignaledRetire},
 		{"WriteSourceReusedAfterCompletion", testWriteSourceReuse},
+		{"ChainedPosts", testChainedPosts},
+		{"UnendedChainCompletesOnDisconnect", testUnendedChain},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -981,6 +983,90 @@ func writeSourceReuse(t *testing.T, np NewProvider, flags rdma.WRFlags) {
 		fill(want, uint64(i)+1)
 		if !bytes.Equal(s.Buf[i*size:(i+1)*size], want) {
 			t.Fatalf("Write %d (from source region %d, reused after its completions) landed with other data", i, i%window)
+		}
+	}
+}
+
+// testChainedPosts posts chains of WRs with rdma.More (RDMA Writes, some
+// signaled, an RDMA Read, ended by a signaled Send), shorter and longer than
+// a provider's doorbell batch: every WR is carried out, the signaled ones
+// complete in posting order, the data lands.
+func testChainedPosts(t *testing.T, np NewProvider) {
+	const size = 4096
+	c, s := Pair(t, prov(t, np), PairConfig{BufSize: 4 << 20})
+	half := len(c.Buf) / 2 // reads land in the client's upper half
+	fill(s.Buf[half:], 77)
+	dst := 0
+	id := uint64(0)
+	for round, n := range []int{1, 2, 15, 16, 17, 40} {
+		if err := s.QP.PostRecv(&rdma.RecvWR{ID: uint64(round)}); err != nil {
+			t.Fatal(err)
+		}
+		var want []uint64
+		first := dst
+		for i := 0; i < n; i++ {
+			id++
+			wr := rdma.SendWR{ID: id, Op: rdma.OpRDMAWrite, Flags: rdma.More,
+				SGL: []rdma.SGE{{MR: c.MR, Offset: dst, Length: size}}, RemoteAddr: s.MR.VA() + uint64(dst), RemoteKey: s.MR.RKey()}
+			fill(c.Buf[dst:dst+size], id)
+			if i%3 == 0 {
+				wr.Flags |= rdma.Signaled
+				want = append(want, id)
+			}
+			if i == n/2 {
+				wr.Op = rdma.OpRDMARead
+				wr.RemoteAddr = s.MR.VA() + uint64(half+dst)
+				wr.SGL[0].Offset = half + dst
+			}
+			if err := c.QP.PostSend(&wr); err != nil {
+				t.Fatalf("chain of %d, WR %d: %v", n, i, err)
+			}
+			dst += size
+		}
+		id++
+		if err := c.QP.PostSend(&rdma.SendWR{ID: id, Op: rdma.OpSend, Flags: rdma.Signaled}); err != nil {
+			t.Fatalf("chain of %d, the Send ending it: %v", n, err)
+		}
+		want = append(want, id)
+		for _, w := range want {
+			wc := WaitWC(t, c.SendCQ)
+			if wc.Status != rdma.StatusSuccess || wc.ID != w {
+				t.Fatalf("chain of %d: completion %+v, want WR %d succeeded (posting order)", n, wc, w)
+			}
+		}
+		expect(t, WaitWC(t, s.RecvCQ), rdma.OpRecv, rdma.StatusSuccess)
+		for i, off := 0, first; i < n; i, off = i+1, off+size {
+			if i == n/2 {
+				if !bytes.Equal(c.Buf[half+off:half+off+size], s.Buf[half+off:half+off+size]) {
+					t.Fatalf("chain of %d: the RDMA Read at WR %d brought other data", n, i)
+				}
+				continue
+			}
+			if !bytes.Equal(s.Buf[off:off+size], c.Buf[off:off+size]) {
+				t.Fatalf("chain of %d: the RDMA Write at WR %d landed with other data", n, i)
+			}
+		}
+	}
+}
+
+// testUnendedChain: WRs posted with rdma.More and never followed by one
+// without are not lost when the QP disconnects: each completes (flushed, or
+// successfully where the provider had started it).
+func testUnendedChain(t *testing.T, np NewProvider) {
+	c, s := Pair(t, prov(t, np), PairConfig{})
+	for i := 0; i < 3; i++ {
+		if err := c.QP.PostSend(&rdma.SendWR{ID: uint64(i), Op: rdma.OpRDMAWrite, Flags: rdma.Signaled | rdma.More,
+			SGL: []rdma.SGE{{MR: c.MR, Offset: i * 4096, Length: 4096}}, RemoteAddr: s.MR.VA() + uint64(i*4096), RemoteKey: s.MR.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.QP.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		wc := WaitWC(t, c.SendCQ)
+		if wc.ID != uint64(i) || (wc.Status != rdma.StatusSuccess && wc.Status != rdma.StatusFlushed) {
+			t.Fatalf("held WR %d: completion %+v, want it succeeded or flushed, in order", i, wc)
 		}
 	}
 }

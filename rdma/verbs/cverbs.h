@@ -7,6 +7,9 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+// Send WRs handed to ibv_post_send as one chain at most (rd_post_send).
+#define RD_MAX_CHAIN 16
+
 struct rd_sge { uint64_t addr; uint32_t length; uint32_t lkey; };
 
 struct rd_swr {

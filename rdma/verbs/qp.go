@@ -47,8 +47,13 @@ type qp struct {
 	sqHead, sqEmit, sqMaxDone uint64
 	sqSlots                   []sqSlot
 	unsignaled                int
-	swr                       *C.struct_rd_swr
-	ssge                      []C.struct_rd_sge // C memory
+	// The chain of WRs posted with rdma.More not yet handed to the
+	// device: sqHead-chainN..sqHead-1, in C memory (cwr, csge).
+	cwr      []C.struct_rd_swr
+	csge     []C.struct_rd_sge
+	chainN   int
+	chainSGE int
+	sqDead   bool // the QP failed: post at once, hold nothing
 
 	rqMu           sync.Mutex
 	rqHead, rqTail uint64
@@ -111,9 +116,9 @@ func (pd *protDomain) CreateQP(cfg rdma.QPConfig) (rdma.QP, error) {
 	q.num = uint32(h.qp_num)
 	q.sqSlots = make([]sqSlot, q.maxSend)
 	q.rqSlots = make([]uint64, q.maxRecv)
-	q.swr = (*C.struct_rd_swr)(C.calloc(1, C.size_t(unsafe.Sizeof(C.struct_rd_swr{}))))
+	q.cwr = unsafe.Slice((*C.struct_rd_swr)(C.calloc(C.RD_MAX_CHAIN, C.size_t(unsafe.Sizeof(C.struct_rd_swr{})))), C.RD_MAX_CHAIN)
 	sz := C.size_t(unsafe.Sizeof(C.struct_rd_sge{}))
-	q.ssge = unsafe.Slice((*C.struct_rd_sge)(C.calloc(C.size_t(q.maxSendSGE), sz)), q.maxSendSGE)
+	q.csge = unsafe.Slice((*C.struct_rd_sge)(C.calloc(C.size_t(C.RD_MAX_CHAIN*q.maxSendSGE), sz)), C.RD_MAX_CHAIN*q.maxSendSGE)
 	q.rsge = unsafe.Slice((*C.struct_rd_sge)(C.calloc(C.size_t(q.maxRecvSGE), sz)), q.maxRecvSGE)
 	d := pd.p.dev
 	d.mu.Lock()
@@ -252,6 +257,17 @@ func (q *qp) fail(err error) {
 	q.p.log.Debug("verbs: QP error", "qp", q.num, "err", err)
 	go func() {
 		defer q.teardown.Done()
+		// A chain held for rdma.More completes flushed, behind the
+		// WRs the device flushes (siw ignores WRs posted to a QP in
+		// the error state: they would never complete).
+		q.sqMu.Lock()
+		q.sqDead = true
+		held := q.chainN
+		q.flushHeldLocked(q.sqHead - uint64(held))
+		q.sqMu.Unlock()
+		if held > 0 {
+			q.scq.kick(q)
+		}
 		if wasConn && c != nil {
 			C.rdma_disconnect(c.id)
 		}
@@ -393,8 +409,8 @@ func (q *qp) Close() error {
 	delete(d.qps, q.num)
 	d.mu.Unlock()
 	rc := C.ibv_destroy_qp(q.qp)
-	C.free(unsafe.Pointer(q.swr))
-	C.free(unsafe.Pointer(unsafe.SliceData(q.ssge)))
+	C.free(unsafe.Pointer(unsafe.SliceData(q.cwr)))
+	C.free(unsafe.Pointer(unsafe.SliceData(q.csge)))
 	C.free(unsafe.Pointer(unsafe.SliceData(q.rsge)))
 	if rc != 0 {
 		return fmt.Errorf("verbs: ibv_destroy_qp: %v", syscall.Errno(rc))
@@ -450,7 +466,8 @@ var ibvOp = [...]C.uint32_t{
 	rdma.OpLocalInv:    C.IBV_WR_LOCAL_INV,
 }
 
-// PostSend implements rdma.QP: one ibv_post_send, no Go allocation.
+// PostSend implements rdma.QP: no Go allocation, and one ibv_post_send
+// for each chain of WRs posted with rdma.More (RD_MAX_CHAIN at most).
 func (q *qp) PostSend(wr *rdma.SendWR) error {
 	if err := q.postState(false); err != nil {
 		return err
@@ -468,6 +485,15 @@ func (q *qp) PostSend(wr *rdma.SendWR) error {
 				q.sqMu.Unlock()
 				return rdma.ErrQueueFull
 			}
+			// The WRs before it are posted first: completing it
+			// completes the unsignaled ones before it.
+			if q.chainN > 0 {
+				if err := q.postChainLocked(false); err != nil {
+					q.sqMu.Unlock()
+					q.scq.kick(q)
+					return err
+				}
+			}
 			q.localInvLocked(wr, f)
 			q.sqMu.Unlock()
 			q.scq.kick(q)
@@ -475,12 +501,20 @@ func (q *qp) PostSend(wr *rdma.SendWR) error {
 		}
 	}
 	q.lockSQ()
-	defer q.sqMu.Unlock()
 	if q.sqHead-q.sqEmit >= uint64(q.maxSend) {
+		q.sqMu.Unlock()
 		return rdma.ErrQueueFull
 	}
-	n, size, err := fillSGL(q.ssge, wr.SGL)
+	if q.chainN == len(q.cwr) {
+		if err := q.postChainLocked(false); err != nil {
+			q.sqMu.Unlock()
+			q.scq.kick(q)
+			return err
+		}
+	}
+	n, size, err := fillSGL(q.csge[q.chainSGE:q.chainSGE+q.maxSendSGE], wr.SGL)
 	if err != nil {
+		q.sqMu.Unlock()
 		return err
 	}
 	seq := q.sqHead
@@ -509,16 +543,74 @@ func (q *qp) PostSend(wr *rdma.SendWR) error {
 	if wr.Op == rdma.OpLocalInv || wr.Op == rdma.OpSendWithInv {
 		slot.invKey = wr.InvalidateKey
 	}
-	*q.swr = C.struct_rd_swr{wr_id: C.uint64_t(seq), raddr: C.uint64_t(wr.RemoteAddr), rkey: C.uint32_t(wr.RemoteKey),
-		inv_key: C.uint32_t(wr.InvalidateKey), opcode: ibvOp[wr.Op], flags: flags, nsge: C.uint32_t(n)}
-	if rc := C.rd_post_send(q.qp, q.swr, 1, unsafe.SliceData(q.ssge), nil); rc != 0 {
-		if rc == C.ENOMEM {
-			return rdma.ErrQueueFull
-		}
-		return fmt.Errorf("verbs: ibv_post_send: %v", syscall.Errno(rc))
-	}
+	q.cwr[q.chainN] = C.struct_rd_swr{wr_id: C.uint64_t(seq), raddr: C.uint64_t(wr.RemoteAddr), rkey: C.uint32_t(wr.RemoteKey),
+		inv_key: C.uint32_t(wr.InvalidateKey), opcode: ibvOp[wr.Op], flags: flags, nsge: C.uint32_t(n), sge_off: C.uint32_t(q.chainSGE)}
+	q.chainN++
+	q.chainSGE += n
 	q.sqHead++
-	return nil
+	if wr.Flags&rdma.More != 0 && !q.sqDead {
+		q.sqMu.Unlock()
+		return nil
+	}
+	err = q.postChainLocked(true)
+	q.sqMu.Unlock()
+	if err != nil && err != rdma.ErrQueueFull {
+		q.scq.kick(q)
+	}
+	return err
+}
+
+// postChainLocked hands the held chain, sqHead-chainN..sqHead-1, to the
+// device with one ibv_post_send. When the device takes only part of it,
+// the WRs the callers were told were posted complete with StatusFlushed
+// and the QP fails; with last, the last WR is the one being posted: it is
+// taken back and its error returned, as for a single WR. The caller kicks
+// the CQ after releasing q.sqMu unless the error is ErrQueueFull (nothing
+// was flushed). q.sqMu is held.
+func (q *qp) postChainLocked(last bool) error {
+	n := q.chainN
+	q.chainN, q.chainSGE = 0, 0
+	var bad C.uint64_t
+	rc := C.rd_post_send(q.qp, unsafe.SliceData(q.cwr), C.int(n), unsafe.SliceData(q.csge), &bad)
+	if rc == 0 {
+		return nil
+	}
+	first := q.sqHead - uint64(n)
+	k := uint64(bad) // the first WR not posted
+	if k < first || k >= q.sqHead {
+		k = first
+	}
+	var err error = rdma.ErrQueueFull
+	if rc != C.ENOMEM {
+		err = fmt.Errorf("verbs: ibv_post_send: %v", syscall.Errno(rc))
+	}
+	if last {
+		q.sqHead-- // the WR being posted: its caller gets the error
+		if k == q.sqHead {
+			return err
+		}
+	}
+	q.flushHeldLocked(k)
+	go q.fail(fmt.Errorf("verbs: ibv_post_send of a chain of %d: %v", n, syscall.Errno(rc)))
+	if err == rdma.ErrQueueFull {
+		err = fmt.Errorf("verbs: ibv_post_send: %v", syscall.Errno(rc))
+	}
+	return err
+}
+
+// flushHeldLocked completes the WRs from..sqHead-1, which never reached
+// the device, with StatusFlushed, and empties the chain. q.sqMu is held;
+// the caller kicks the CQ after releasing it.
+func (q *qp) flushHeldLocked(from uint64) {
+	q.chainN, q.chainSGE = 0, 0
+	for seq := from; seq < q.sqHead; seq++ {
+		s := &q.sqSlots[seq%uint64(q.maxSend)]
+		s.done, s.signaled = true, true
+		s.wc = rdma.WC{ID: s.id, Op: s.op, Status: rdma.StatusFlushed, QPNum: q.num, QP: q}
+	}
+	if q.sqHead > q.sqMaxDone {
+		q.sqMaxDone = q.sqHead
+	}
 }
 
 // siwZeroCopyMin is where Linux siw starts sending unsignaled WQEs

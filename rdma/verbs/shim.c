@@ -10,8 +10,6 @@
 #include <netinet/in.h>
 #include "cverbs.h"
 
-#define RD_MAX_CHAIN 16
-
 int rd_post_send(struct ibv_qp *qp, struct rd_swr *w, int n, struct rd_sge *sges, uint64_t *bad) {
 	struct ibv_send_wr wrs[RD_MAX_CHAIN];
 	struct ibv_send_wr *badwr = NULL;
