@@ -62,7 +62,8 @@ const (
 	// the provider may hold this one and hand the chain to the device with
 	// one doorbell (one ibv_post_send) when a WR without More is posted.
 	// Every chain must end with a WR without More; until then its WRs may
-	// not have started. Providers without doorbells start it at once.
+	// not have started (the software iWARP provider wakes its transmitter
+	// for the WR that ends the chain, so a chain goes out in one writev).
 	More
 )
 

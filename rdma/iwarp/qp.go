@@ -297,7 +297,11 @@ func (q *qp) PostSend(wr *rdma.SendWR) error {
 	q.sqFree = q.sqFree[:len(q.sqFree)-1]
 	q.sq[q.sqTail%uint64(len(q.sq))] = w
 	q.sqTail++
-	q.wakeTx()
+	if wr.Flags&rdma.More == 0 {
+		// With More the transmitter is woken by the WR that ends the
+		// chain, and writes the chain in one batch (one writev).
+		q.wakeTx()
+	}
 	return nil
 }
 
