@@ -61,6 +61,7 @@ func rdmaPerfCommand() *cli.Command {
 					&cli.IntFlag{Name: "qd", Value: 16, Usage: "operations in flight"},
 					&cli.DurationFlag{Name: "duration", Value: 5e9, Usage: "how long to measure"},
 					&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+					&cli.BoolFlag{Name: "busy-poll", Usage: "poll the completion queue without sleeping, as perftest does without -e (default: wait as the target's queues do)"},
 					cpusFlag("CPUs (Go Ps) to use", "1: one QP, as the target and bench use one per queue"),
 				},
 				Action: func(c *cli.Context) error {
@@ -91,7 +92,7 @@ func rdmaPerfCommand() *cli.Command {
 						return err
 					}
 					defer p.Close()
-					r, err := rdmaperf.Run(c.Context, p, c.Args().First(), rdmaperf.Options{Op: op, Size: int(size), QD: c.Int("qd"), Duration: c.Duration("duration")})
+					r, err := rdmaperf.Run(c.Context, p, c.Args().First(), rdmaperf.Options{Op: op, Size: int(size), QD: c.Int("qd"), Duration: c.Duration("duration"), BusyPoll: c.Bool("busy-poll")})
 					if err != nil {
 						return err
 					}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"github.com/rdisk/rdisk/internal/latency"
@@ -236,6 +237,11 @@ type Options struct {
 	Size     int
 	QD       int
 	Duration time.Duration
+	// BusyPoll polls the completion queue without ever sleeping on it,
+	// as perftest does unless given -e (events); otherwise the client
+	// waits as the target's queues do (rdma.CQ Wait: a polling budget, then
+	// the completion channel).
+	BusyPoll bool
 }
 
 // Result is what a client run measured.
@@ -343,9 +349,19 @@ func (e *endpoint) measure(ctx context.Context, o Options, rva uint64, rkey uint
 	nextAck := 0
 	inflight := o.QD
 	wc := make([]rdma.WC, 32)
+	empty := 0
 	for inflight > 0 {
 		n := cq.Poll(wc)
 		if n == 0 {
+			if o.BusyPoll {
+				if empty++; empty%1024 == 0 {
+					if err := ctx.Err(); err != nil {
+						return nil, fmt.Errorf("waiting for completions: %w", err)
+					}
+					runtime.Gosched()
+				}
+				continue
+			}
 			if err := cq.Wait(ctx); err != nil {
 				return nil, fmt.Errorf("waiting for completions: %w", err)
 			}

@@ -32,21 +32,23 @@ func TestRunAgainstServe(t *testing.T) {
 		}
 	})
 	for _, op := range []Op{OpWrite, OpRead, OpSend} {
-		r, err := Run(ctx, p, ln.Addr().String(), Options{Op: op, Size: 4096, QD: 4, Duration: 200 * time.Millisecond})
-		if err != nil {
-			t.Fatalf("%s: %v", op, err)
-		}
-		if r.Ops == 0 || r.BW <= 0 || r.Lat.P50 <= 0 || r.Lat.P99 < r.Lat.P50 || r.Bytes != r.Ops*4096 {
-			t.Fatalf("%s: implausible result %+v", op, r)
+		for _, busy := range []bool{false, true} {
+			r, err := Run(ctx, p, ln.Addr().String(), Options{Op: op, Size: 4096, QD: 4, Duration: 200 * time.Millisecond, BusyPoll: busy})
+			if err != nil {
+				t.Fatalf("%s (busy poll %v): %v", op, busy, err)
+			}
+			if r.Ops == 0 || r.BW <= 0 || r.Lat.P50 <= 0 || r.Lat.P99 < r.Lat.P50 || r.Bytes != r.Ops*4096 {
+				t.Fatalf("%s (busy poll %v): implausible result %+v", op, busy, r)
+			}
 		}
 	}
-	// The hook saw the three clients come and (eventually) go.
+	// The hook saw the six clients come and (eventually) go.
 	deadline := time.Now().Add(10 * time.Second)
 	for clients.Load() != 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if connects.Load() != 3 || clients.Load() != 0 {
-		t.Fatalf("hook: %d connects, %d clients left, want 3 and 0", connects.Load(), clients.Load())
+	if connects.Load() != 6 || clients.Load() != 0 {
+		t.Fatalf("hook: %d connects, %d clients left, want 6 and 0", connects.Load(), clients.Load())
 	}
 }
 
