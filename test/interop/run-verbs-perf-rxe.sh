@@ -14,6 +14,7 @@
 #   PERF_MIN_RATIO=R   rdisk/perftest message rate a bandwidth case needs (default 0.9)
 #   PERF_ONLY=bw|lat|nvme  one group of cases
 #   PERF_SPIN=D        RDISK_VERBS_POLL_SPIN of rdisk's ends in the bandwidth cases
+#   PERF_POLL=busy|event  rdma-perf --busy-poll (default, as perftest) or not
 #   PERF_LOG=FILE      full console log (default $TMPDIR/rdisk-verbs-perf.log)
 # Exit status: the guest script's.
 set -uo pipefail
@@ -39,7 +40,7 @@ if ! (cd "$ROOT" && CGO_ENABLED=1 go build -tags verbs -trimpath -o "$tmp/rdisk"
 fi
 
 envs=()
-for v in PERF_SECS PERF_ROUNDS PERF_MIN_RATIO PERF_ONLY PERF_SPIN PERF_CLIENT_ARGS; do
+for v in PERF_SECS PERF_ROUNDS PERF_MIN_RATIO PERF_ONLY PERF_SPIN PERF_CLIENT_ARGS PERF_POLL; do
   [[ -n ${!v:-} ]] && envs+=(--env "$v=${!v}")
 done
 log=${PERF_LOG:-${TMPDIR:-/tmp}/rdisk-verbs-perf.log}

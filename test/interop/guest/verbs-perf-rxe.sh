@@ -13,7 +13,9 @@
 #   PERF_MIN_RATIO (the ratio a bandwidth case must reach to PASS, default 0.9),
 #   PERF_ONLY=bw|q1|lat|nvme (one group of cases), PERF_SPIN (RDISK_VERBS_POLL_SPIN
 #   of rdisk's ends in the bandwidth cases; the latency cases run without and with),
-#   PERF_CLIENT_ARGS (more rdisk rdma-perf client flags in the bandwidth cases, e.g. --cpus 2).
+#   PERF_CLIENT_ARGS (more rdisk rdma-perf client flags in the bandwidth cases, e.g. --cpus 2),
+#   PERF_POLL=busy|event (default busy: rdma-perf --busy-poll, as perftest polls
+#   without -e; event: rdisk's queues' polling budget, then the completion channel).
 # Output: "PERF-<case>: PASS|FAIL rdisk=... perftest=... ratio=..." lines, a
 # summary and "PERF: PASS|FAIL".
 if [ -f /guest/files/lab-net.sh ]; then
@@ -50,6 +52,9 @@ rdma link add rxe0 type rxe netdev dummy0 || { echo "PERF: FAIL (rdma link add r
 ulimit -l unlimited 2>/dev/null
 rdma link show rxe0/1
 
+pollarg=--busy-poll
+[ "${PERF_POLL:-busy}" = event ] && pollarg=
+
 # median A B C ...: the median of numbers
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR + 1) / 2)]}'; }
 
@@ -59,7 +64,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR +
 # medians compared.
 bw_case() {
   name=$1 tool=$2 op=$3 size=$4 depth=$5 targs=${6:-}
-  echo; echo "=== $name: $tool -s $size -t $depth $targs vs rdisk rdma-perf --op $op --size $size --qd $depth, ${ROUNDS}x in turn, RDISK_VERBS_POLL_SPIN=${PERF_SPIN:-unset}"
+  echo; echo "=== $name: $tool -s $size -t $depth $targs vs rdisk rdma-perf $pollarg --op $op --size $size --qd $depth, ${ROUNDS}x in turn, RDISK_VERBS_POLL_SPIN=${PERF_SPIN:-unset}"
   extra=$targs
   [ $tool = ib_read_bw ] && extra="$extra -o $depth"
   ps= rs= rbws= pmibs=
@@ -75,7 +80,7 @@ bw_case() {
     pb=$(awk -v s=$size '$1 == s && NF >= 5 {v=$4} END {print v}' /tmp/$name-cli.log)
     RDISK_VERBS_POLL_SPIN=${PERF_SPIN:-} rdisk --rdma verbs rdma-perf server --listen $LAB_IP:18600 > /tmp/$name-rsrv.log 2>&1 & rsrv=$!
     sleep 1
-    RDISK_VERBS_POLL_SPIN=${PERF_SPIN:-} rdisk --rdma verbs rdma-perf client $LAB_IP:18600 ${PERF_CLIENT_ARGS:-} --op $op --size $size --qd $depth --duration ${SECS}s --json > /tmp/$name-r.json 2> /tmp/$name-r.err
+    RDISK_VERBS_POLL_SPIN=${PERF_SPIN:-} rdisk --rdma verbs rdma-perf client $LAB_IP:18600 $pollarg ${PERF_CLIENT_ARGS:-} --op $op --size $size --qd $depth --duration ${SECS}s --json > /tmp/$name-r.json 2> /tmp/$name-r.err
     rc=$?
     kill $rsrv 2>/dev/null; wait $rsrv 2>/dev/null
     rm=$(json_num /tmp/$name-r.json msgs_per_sec)
