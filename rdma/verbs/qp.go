@@ -263,7 +263,9 @@ func (q *qp) fail(err error) {
 		q.sqMu.Lock()
 		q.sqDead = true
 		held := q.chainN
-		q.flushHeldLocked(q.sqHead - uint64(held))
+		if held > 0 {
+			q.flushHeldLocked(q.sqHead - uint64(held))
+		}
 		q.sqMu.Unlock()
 		if held > 0 {
 			q.scq.kick(q)
@@ -580,21 +582,18 @@ func (q *qp) postChainLocked(last bool) error {
 	if k < first || k >= q.sqHead {
 		k = first
 	}
-	var err error = rdma.ErrQueueFull
-	if rc != C.ENOMEM {
-		err = fmt.Errorf("verbs: ibv_post_send: %v", syscall.Errno(rc))
-	}
+	err := fmt.Errorf("verbs: ibv_post_send: %v", syscall.Errno(rc))
 	if last {
 		q.sqHead-- // the WR being posted: its caller gets the error
 		if k == q.sqHead {
+			if rc == C.ENOMEM {
+				return rdma.ErrQueueFull
+			}
 			return err
 		}
 	}
 	q.flushHeldLocked(k)
 	go q.fail(fmt.Errorf("verbs: ibv_post_send of a chain of %d: %v", n, syscall.Errno(rc)))
-	if err == rdma.ErrQueueFull {
-		err = fmt.Errorf("verbs: ibv_post_send: %v", syscall.Errno(rc))
-	}
 	return err
 }
 
