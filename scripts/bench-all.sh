@@ -4,7 +4,7 @@
 # through `rdisk bench` against `rdisk target` (RAM disk written in full
 # first), fio's nbd engine through `rdisk connect --nbd` and against
 # nbdkit's memory plugin, iscsi-perf against rdisk's iSCSI/TCP portal and
-# against tgt, many hosts on one target, 4 KiB QD1 latency, and a file on
+# against tgt, many hosts on one target, 4 KiB QD1 latency (pinned: both ends on one CPU, and on two), and a file on
 # disk (O_DIRECT) through the target against local fio. Everything is
 # interleaved per repetition; the table gives the median of the
 # repetitions' own ratios (min-max beside it), so quote ratios, not
@@ -84,7 +84,9 @@ print(d)' "$1" "$2" 2>/dev/null || echo 0; }
 bench() { # bench KEY FIELD URL ARGS...: rdisk bench, record FIELD of its JSON
 	local key=$1 field=$2 url=$3; shift 3
 	local out=$W/r$REP-$key.json
-	if "$R" --log-level error bench "$url" --runtime "${DUR}s" -q --size 512MiB --json "$@" >"$out" 2>"$out.err"; then
+	local pin=()
+	[[ -n ${BENCH_CPU:-} ]] && pin=(taskset -c "$BENCH_CPU")
+	if "${pin[@]}" "$R" --log-level error bench "$url" --runtime "${DUR}s" -q --size 512MiB --json "$@" >"$out" 2>"$out.err"; then
 		put "$key" "$(jnum "$out" "$field")"
 		if [[ $key == hosts* ]]; then
 			put "$key.minmax" "$(python3 -c 'import json,sys
@@ -100,9 +102,11 @@ raw_stream() {
 	put raw.stream "$("$RP" stream-send -addr 127.0.0.1:15301 -dur "${DUR}s" | grep -o 'bw_bytes_per_sec=[0-9]*' | cut -d= -f2)"
 	wait "$p"
 }
-raw_pp() { # raw_pp KEY CONNS DEPTH
-	"$RP" pp-server -addr 127.0.0.1:15302 -conns "$2" >/dev/null & local p=$!
-	local line; line=$("$RP" pp-client -addr 127.0.0.1:15302 -conns "$2" -depth "$3" -dur "${DUR}s")
+raw_pp() { # raw_pp KEY CONNS DEPTH [SERVER_CPU CLIENT_CPU]
+	local ts=() tc=()
+	(($# == 5)) && ts=(taskset -c "$4") tc=(taskset -c "$5")
+	"${ts[@]}" "$RP" pp-server -addr 127.0.0.1:15302 -conns "$2" >/dev/null & local p=$!
+	local line; line=$("${tc[@]}" "$RP" pp-client -addr 127.0.0.1:15302 -conns "$2" -depth "$3" -dur "${DUR}s")
 	wait "$p"
 	put "$1" "$(grep -o 'rps=[0-9]*' <<<"$line" | cut -d= -f2)"
 	if [[ $3 == 1 ]]; then
@@ -160,6 +164,19 @@ if want iscsi && command -v tgtd >/dev/null && command -v iscsi-perf >/dev/null;
 		U_TGT=iscsi://127.0.0.1:15313/iqn.2026-12.io.rdisk.bench:tgt/1 || log "tgt setup failed: $(tail -2 "$W/tgtd.log")"
 	rm -f /dev/shm/rdisk-bench-all-tgt.img # tgtd keeps it open
 fi
+if want qd1 && command -v taskset >/dev/null && (($(nproc) >= 2)); then
+	# QD1 latency is measured pinned: on a VM a wake-up that crosses
+	# vCPUs costs tens of microseconds, and an unpinned ping-pong lands on
+	# one vCPU or two by chance (its p50 swung 8-75 us between runs here),
+	# so each end's CPU is fixed for the baseline and for rdisk alike.
+	taskset -c 0 "$R" target --listen 127.0.0.1:15340 --discovery-listen "" --iscsi-listen "" --srp-listen "" \
+		--size 512MiB >"$W/target-qd1.log" 2>&1 & QPID=$!; pids+=($QPID)
+	waitfor "$W/target-qd1.log" serving || QPID=
+	U_QD1=nvme://127.0.0.1:15340/$NQN/1
+	[[ -n $QPID ]] && "$R" --log-level error bench "$U_QD1" --rw write --bs 1MiB --qd 8 --runtime 30s -q --size 512MiB >/dev/null 2>&1
+elif want qd1; then
+	log "the QD1 rows need taskset and 2 CPUs: skipped"
+fi
 if want file && command -v fio >/dev/null && [[ $(id -u) == 0 ]]; then
 	# A file on the work directory's file system behind a loop device with
 	# direct I/O: the target opens the block device O_DIRECT, local fio
@@ -181,7 +198,10 @@ for REP in $(seq "$REPS"); do
 	raw_stream
 	raw_pp raw.pp1 1 32
 	raw_pp raw.pp4 4 32
-	want qd1 && raw_pp raw.pp.d1 1 1
+	if want qd1 && [[ -n ${QPID:-} ]]; then
+		raw_pp raw.pp.d1.same 1 1 0 0
+		raw_pp raw.pp.d1.cross 1 1 0 1
+	fi
 	if want nvme; then
 		bench nvme.4k.q1 iops "$U_RDMA" --rw randread --bs 4KiB --qd 32 --jobs 1
 		bench nvme.4k.q4 iops "$U_RDMA" --rw randread --bs 4KiB --qd 32 --jobs 4
@@ -206,9 +226,14 @@ for REP in $(seq "$REPS"); do
 		bench hosts64x1 iops "$U_RDMA" --rw randread --bs 4KiB --qd 32 --hosts 64 --queues 1
 		bench hosts16x4 iops "$U_RDMA" --rw randread --bs 4KiB --qd 32 --hosts 16 --queues 4
 	fi
-	if want qd1; then
-		bench nvme.qd1 lat_us.p50 "$U_RDMA" --rw randread --bs 4KiB --qd 1
-		put nvme.qd1.p99 "$(jnum "$W/r$REP-nvme.qd1.json" lat_us.p99)"
+	if want qd1 && [[ -n ${QPID:-} ]]; then
+		# The target on CPU 0, the host on CPU 0 (same) or 1 (cross), as
+		# the raw ping-pong's two ends above.
+		for where in "same 0" "cross 1"; do
+			set -- $where
+			BENCH_CPU=$2 bench "nvme.qd1.$1" lat_us.p50 "$U_QD1" --rw randread --bs 4KiB --qd 1
+			[[ -s $W/r$REP-nvme.qd1.$1.json ]] && put "nvme.qd1.$1.p99" "$(jnum "$W/r$REP-nvme.qd1.$1.json" lat_us.p99)"
+		done
 	fi
 	if [[ -n ${NBD_RDISK:-} ]]; then fio_nbd nbd.rdisk "$NBD_RDISK"; fi
 	if [[ -n ${NBD_KIT:-} ]]; then fio_nbd nbd.nbdkit "$NBD_KIT"; fi
@@ -277,8 +302,10 @@ rows = [
     ("64 hosts x 1 queue: min/max IOPS per host", "hosts64x1.minmax", None, ">= 0.5", ""),
     ("16 hosts x 4 queues, 4 KiB QD32 / 4-queue figure", "hosts16x4", "nvme.4k.q4", ">= 0.9", "IOPS"),
     ("16 hosts x 4 queues: min/max IOPS per host", "hosts16x4.minmax", None, ">= 0.5", ""),
-    ("NVMe-oF/RDMA 4 KiB QD1 p50 latency / raw depth-1 ping-pong p50 (lower is better)", "nvme.qd1", "raw.pp.d1.p50", "", "us"),
-    ("NVMe-oF/RDMA 4 KiB QD1 p99 latency / raw depth-1 ping-pong p99 (lower is better)", "nvme.qd1.p99", "raw.pp.d1.p99", "", "us"),
+    ("NVMe-oF/RDMA 4 KiB QD1 p50 latency / raw d1 ping-pong p50, both ends on one CPU (lower is better)", "nvme.qd1.same", "raw.pp.d1.same.p50", "", "us"),
+    ("NVMe-oF/RDMA 4 KiB QD1 p99 latency / raw d1 ping-pong p99, both ends on one CPU (lower is better)", "nvme.qd1.same.p99", "raw.pp.d1.same.p99", "", "us"),
+    ("NVMe-oF/RDMA 4 KiB QD1 p50 latency / raw d1 ping-pong p50, ends on two CPUs (lower is better)", "nvme.qd1.cross", "raw.pp.d1.cross.p50", "", "us"),
+    ("NVMe-oF/RDMA 4 KiB QD1 p99 latency / raw d1 ping-pong p99, ends on two CPUs (lower is better)", "nvme.qd1.cross.p99", "raw.pp.d1.cross.p99", "", "us"),
     ("loop device (direct I/O) 4 KiB randread QD32: through the target / local fio io_uring", "file.rdisk.4k", "file.local.4k", ">= 0.8", "IOPS"),
     ("loop device (direct I/O) 128 KiB read QD8: through the target / local fio io_uring", "file.rdisk.128k", "file.local.128k", ">= 0.9", "B/s"),
 ]
