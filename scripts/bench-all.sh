@@ -4,8 +4,9 @@
 # through `rdisk bench` against `rdisk target` (RAM disk written in full
 # first), fio's nbd engine through `rdisk connect --nbd` and against
 # nbdkit's memory plugin, iscsi-perf against rdisk's iSCSI/TCP portal and
-# against tgt, many hosts on one target, 4 KiB QD1 latency (pinned: both ends on one CPU, and on two), and a file on
-# disk (O_DIRECT) through the target against local fio. Everything is
+# against tgt, many hosts on one target, 4 KiB QD1 latency (pinned: both
+# ends on one CPU, and on two), and a file on disk (O_DIRECT) through the
+# target against local fio. Everything is
 # interleaved per repetition; the table gives the median of the
 # repetitions' own ratios (min-max beside it), so quote ratios, not
 # absolutes. It is the benchmark, not a test.
@@ -31,7 +32,7 @@ while (($#)); do
 	--json) JSON=1; shift ;;
 	--only) ONLY=$2; shift 2 ;;
 	--keep) KEEP=1; shift ;;
-	-h | --help) sed -n '2,23p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,24p' "$0"; exit 0 ;;
 	*) echo "bench-all.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done

@@ -114,9 +114,9 @@ if [[ " $PHASES " = *" speed "* ]]; then
 	echo "  prefilling the image (rbd bench write, full-seq)"
 	rbd bench --io-type write --io-size 4M --io-threads 4 --io-total 1G --io-pattern full-seq rbd/test >/dev/null 2>&1
 	# The first ~100k small writes on a fresh OSD run ~1.5x faster than
-	# later ones (its placement-group logs are not full and trimming yet:
-	# 19.5k then 12.2-12.8k IOPS for the same rbd bench here), which
-	# flattered whatever ran first. Warm it to its steady state first.
+	# later ones (19.5k, then 12.2-12.8k IOPS for the same rbd bench here;
+	# probably its placement-group logs filling up before they trim),
+	# which flattered whatever ran first. Warm it to its steady state.
 	echo "  warming the OSD (rbd bench 4K random writes, 600 MiB)"
 	rbd bench --io-type write --io-size 4K --io-threads 32 --io-total 600M --io-pattern rand rbd/test >/dev/null 2>&1
 	start a || exit 1
