@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/rdisk/rdisk/backstore"
-	"github.com/rdisk/rdisk/rdma/iwarp"
 )
 
 // FuzzAdmin sends fuzzed requests to the admin socket's handler of a
@@ -31,7 +30,7 @@ func FuzzAdmin(f *testing.F) {
 	} {
 		f.Add(s.m, s.path, []byte(s.body))
 	}
-	p, _ := iwarp.New(iwarp.Config{})
+	p := newIWARP(f)
 	f.Fuzz(func(t *testing.T, method, path string, body []byte) {
 		if !strings.HasPrefix(path, "/") || strings.ContainsAny(path, " \r\n\t") || len(body) > 1<<16 {
 			return

@@ -14,7 +14,6 @@ import (
 	"github.com/rdisk/rdisk/iser"
 	iserinit "github.com/rdisk/rdisk/iser/initiator"
 	"github.com/rdisk/rdisk/nvmeof/host"
-	"github.com/rdisk/rdisk/rdma/iwarp"
 	"github.com/rdisk/rdisk/scsi"
 	scsihost "github.com/rdisk/rdisk/scsi/host"
 )
@@ -248,7 +247,7 @@ func TestSizeWatcher(t *testing.T) {
 		disk = &sizeWatchingDisk{Mem: m}
 		return disk, nil
 	}
-	p, _ := iwarp.New(iwarp.Config{})
+	p := newIWARP(t)
 	t.Cleanup(func() { p.Close() })
 	run, err := Start(c, p, nil, nil)
 	if err != nil {

@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/rdisk/rdisk/rdma/iwarp"
 )
 
 // An nvmetcli save, as Linux writes /etc/nvmet/config.json (with a file and
@@ -47,7 +45,7 @@ func TestStartNvmetcliConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _ := iwarp.New(iwarp.Config{})
+	p := newIWARP(t)
 	run, err := Start(c, p, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +61,7 @@ func TestStartNvmetcliConfig(t *testing.T) {
 // "rdma+tcp" (both on one port number), each start a port of that kind.
 func TestStartTransports(t *testing.T) {
 	t.Parallel()
-	p, _ := iwarp.New(iwarp.Config{})
+	p := newIWARP(t)
 	defer p.Close()
 	for _, tr := range []string{"rdma", "tcp", "rdma+tcp"} {
 		c, err := Parse(strings.NewReader(`{"ports":[{"portid":1,"addr":{"adrfam":"ipv4","trtype":"` + tr + `","traddr":"127.0.0.1","trsvcid":"0"},"subsystems":[]}]}`))
@@ -83,7 +81,7 @@ func TestStartTransports(t *testing.T) {
 
 func TestStartErrors(t *testing.T) {
 	t.Parallel()
-	p, _ := iwarp.New(iwarp.Config{})
+	p := newIWARP(t)
 	for _, tc := range []struct{ json, want string }{
 		{`{"subsystems":[{"nqn":"nqn.x","attr":{},"namespaces":[{"nsid":1,"enable":1,"device":{"path":"/nonexistent/disk"}}]}]}`, "/nonexistent/disk"},
 		{`{"ports":[{"portid":1,"addr":{"trtype":"fc","traddr":"127.0.0.1","trsvcid":"0"},"subsystems":[]}]}`, "trtype \"fc\""},
@@ -120,7 +118,7 @@ func FuzzParseStart(f *testing.F) {
 	f.Add(scsiConfig)
 	f.Add(healthConfigWith(healthGateway))
 	f.Add(healthConfigWith(`, "rdisk_gateway": {"follow_health": true, "health_interval": "90s", "health_failures": 1000}`))
-	p, _ := iwarp.New(iwarp.Config{})
+	p := newIWARP(f)
 	f.Fuzz(func(t *testing.T, s string) {
 		c := fuzzConfig(s)
 		if c == nil {
@@ -137,7 +135,7 @@ func FuzzParseStart(f *testing.F) {
 // is refused naming the host and the field.
 func TestStartHostAuth(t *testing.T) {
 	t.Parallel()
-	p, _ := iwarp.New(iwarp.Config{})
+	p := newIWARP(t)
 	defer p.Close()
 	const key = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:"
 	for _, tc := range []struct{ hosts, want string }{
@@ -173,7 +171,7 @@ func TestStartOptionalPort(t *testing.T) {
 	}
 	defer ln.Close()
 	_, busy, _ := net.SplitHostPort(ln.Addr().String())
-	p, _ := iwarp.New(iwarp.Config{})
+	p := newIWARP(t)
 	defer p.Close()
 	for _, optional := range []bool{true, false} {
 		c := &Config{Ports: []Port{
@@ -327,7 +325,7 @@ func TestReadOnlyNamespaceConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _ := iwarp.New(iwarp.Config{})
+	p := newIWARP(t)
 	defer p.Close()
 	run, err := Start(c, p, nil, nil)
 	if err != nil {
@@ -412,7 +410,7 @@ func FuzzApply(f *testing.F) {
 	f.Add(scsiConfig, applyAfter)
 	f.Add(healthConfigWith(healthGateway), healthConfigWith(""))
 	f.Add(strings.Replace(nvmetcliJSON, "FILE", "ram:1MiB", 1), applyBefore)
-	p, _ := iwarp.New(iwarp.Config{})
+	p := newIWARP(f)
 	f.Fuzz(func(t *testing.T, a, b string) {
 		ca, cb := fuzzConfig(a), fuzzConfig(b)
 		if ca == nil || cb == nil {

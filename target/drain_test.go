@@ -43,7 +43,7 @@ func startHanging(t *testing.T) (*Running, *iwarp.Provider, chan struct{}) {
 		}
 		return &hangingDisk{Disk: d, release: release}, nil
 	}
-	p, _ := iwarp.New(iwarp.Config{})
+	p := newIWARP(t)
 	t.Cleanup(func() { p.Close() })
 	run, err := Start(c, p, nil, nil)
 	if err != nil {

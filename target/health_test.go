@@ -97,7 +97,7 @@ func startFlakyLog(t *testing.T, js string, log *slog.Logger) (*Running, *iwarp.
 		mu.Unlock()
 		return d, nil
 	}
-	p, _ := iwarp.New(iwarp.Config{})
+	p := newIWARP(t)
 	t.Cleanup(func() { p.Close() })
 	run, err := Start(c, p, log, nil)
 	if err != nil {

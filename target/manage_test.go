@@ -62,7 +62,7 @@ func startConfig(t *testing.T, js string) (*Running, *iwarp.Provider) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _ := iwarp.New(iwarp.Config{})
+	p := newIWARP(t)
 	t.Cleanup(func() { p.Close() })
 	run, err := Start(c, p, nil, nil)
 	if err != nil {

@@ -18,7 +18,6 @@ import (
 	"github.com/rdisk/rdisk/iser"
 	iserinit "github.com/rdisk/rdisk/iser/initiator"
 	"github.com/rdisk/rdisk/nvmeof/host"
-	"github.com/rdisk/rdisk/rdma/iwarp"
 	"github.com/rdisk/rdisk/scsi"
 	scsihost "github.com/rdisk/rdisk/scsi/host"
 )
@@ -180,7 +179,7 @@ func TestRefusalsCountedAndLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs syncBuffer
-	p, _ := iwarp.New(iwarp.Config{})
+	p := newIWARP(t)
 	defer p.Close()
 	run, err := Start(c, p, slog.New(slog.NewTextHandler(&logs, nil)), nil)
 	if err != nil {

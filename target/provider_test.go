@@ -51,9 +51,9 @@ const providersConfig = `{
 // refused naming the port.
 func TestPortProviders(t *testing.T) {
 	t.Parallel()
-	def, _ := iwarp.New(iwarp.Config{})
+	def := newIWARP(t)
 	defer def.Close()
-	ip, _ := iwarp.New(iwarp.Config{})
+	ip := newIWARP(t)
 	defer ip.Close()
 	other := namedProvider{ip, "verbs:test0"}
 	var mu sync.Mutex
@@ -97,7 +97,7 @@ func TestPortProviders(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	hp, _ := iwarp.New(iwarp.Config{})
+	hp := newIWARP(t)
 	defer hp.Close()
 	for _, id := range []uint16{1, 2} {
 		connectPort(t, ctx, hp, run, id).Close()
@@ -137,9 +137,9 @@ func TestPortProviderErrors(t *testing.T) {
 // rdisk_rdma names it.
 func TestPortProviderMetrics(t *testing.T) {
 	t.Parallel()
-	vp, _ := iwarp.New(iwarp.Config{})
+	vp := newIWARP(t)
 	defer vp.Close()
-	ip, _ := iwarp.New(iwarp.Config{})
+	ip := newIWARP(t)
 	defer ip.Close()
 	js := strings.Replace(providersConfig, `"rdisk_rdma": "verbs"`, `"rdisk_rdma": "iwarp"`, 1)
 	js = strings.Replace(js, `"rdisk_rdma": "auto"`, `"rdisk_rdma": "iwarp"`, 1)
@@ -161,10 +161,21 @@ func TestPortProviderMetrics(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	hp, _ := iwarp.New(iwarp.Config{})
+	hp := newIWARP(t)
 	defer hp.Close()
 	defer connectPort(t, ctx, hp, run, 2).Close()
 	if ms := gather(t, col, "rdisk_iwarp_connections", nil); len(ms) != 1 || ms[0].GetGauge().GetValue() < 2 {
 		t.Fatalf("iWARP connections with a host on port 2 (admin and I/O queue): %v", ms)
 	}
+}
+
+// newIWARP opens a software iWARP provider for a test, failing it if the
+// provider cannot be opened (the caller closes it).
+func newIWARP(tb testing.TB) *iwarp.Provider {
+	tb.Helper()
+	p, err := iwarp.New(iwarp.Config{})
+	if err != nil {
+		tb.Fatalf("opening the software iWARP provider: %v", err)
+	}
+	return p
 }

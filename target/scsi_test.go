@@ -11,7 +11,6 @@ import (
 
 	"github.com/rdisk/rdisk/iser"
 	iserinit "github.com/rdisk/rdisk/iser/initiator"
-	"github.com/rdisk/rdisk/rdma/iwarp"
 	"github.com/rdisk/rdisk/scsi"
 	"github.com/rdisk/rdisk/scsi/host"
 	srpinit "github.com/rdisk/rdisk/srp/initiator"
@@ -37,7 +36,7 @@ func TestConfigSCSITransports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _ := iwarp.New(iwarp.Config{})
+	p := newIWARP(t)
 	defer p.Close()
 	run, err := Start(c, p, nil, nil)
 	if err != nil {

@@ -40,7 +40,7 @@ func shifted(addr string) string {
 // NVMe/RDMA, iSCSI/TCP and iSER all log in.
 func TestNonStreamProvider(t *testing.T) {
 	t.Parallel()
-	ip, _ := iwarp.New(iwarp.Config{})
+	ip := newIWARP(t)
 	defer ip.Close()
 	var run *Running
 	for try := 0; run == nil; try++ {
@@ -74,7 +74,7 @@ func TestNonStreamProvider(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	addr := run.T.Port(1).Addr().String()
-	hp, _ := iwarp.New(iwarp.Config{})
+	hp := newIWARP(t)
 	defer hp.Close()
 	for _, tc := range []struct {
 		tr   host.Transport
