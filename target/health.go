@@ -22,7 +22,8 @@ import (
 //
 // A monitor goroutine probes every namespace's disk each health_interval:
 // a probe fails when the disk's Health (backstore.HealthReporter) returns
-// an error, or does not answer within the interval. ErrClosed (a disk
+// an error, or does not answer within the interval, or when I/O failed on
+// the disk since the last probe and none succeeded (ioCheck). ErrClosed (a disk
 // being replaced or removed) and ErrUnsupported (a block device without
 // SMART data) are not failures, and a disk without Health is always
 // healthy. After health_failures failed probes in a row the namespace is
@@ -153,6 +154,34 @@ type diskProbe struct {
 	fails, oks int
 	failing    bool
 	pending    chan error // a probe under way (nil: none)
+	// The disk's I/O counters at the last check (ioSeen: there was one).
+	ioSeen         bool
+	ioErrs, ioGood uint64
+}
+
+// ioCheck compares the disk's I/O counters with the last check's. It
+// fails when operations failed on the medium since then and none
+// succeeded: every I/O of the interval failed, as it does for a client
+// the cluster fenced or blocklisted, or a store that times out, while
+// the health check itself may still answer. Some errors among good I/O
+// (a bad block) do not count: they say nothing of this gateway's path.
+// A disk without counters, and the first check, pass.
+func (p *diskProbe) ioCheck() error {
+	sr, ok := p.disk.(backstore.StatsReporter)
+	if !ok {
+		return nil
+	}
+	s := sr.Stats()
+	errs := s.Errors()
+	good := s.Read.Ops + s.Write.Ops + s.Flush.Ops + s.Discard.Ops + s.WriteZeroes.Ops - errs
+	// Counters only grow; should a disk's ever go back, start over.
+	first := !p.ioSeen || errs < p.ioErrs || good < p.ioGood
+	newErrs, newGood := errs-p.ioErrs, good-p.ioGood
+	p.ioSeen, p.ioErrs, p.ioGood = true, errs, good
+	if first || newErrs == 0 || newGood > 0 {
+		return nil
+	}
+	return fmt.Errorf("%d I/O errors and no I/O that succeeded since the last check", newErrs)
 }
 
 // startMonitor starts the health monitor when the model asks for it.
@@ -246,6 +275,9 @@ func (r *Running) monitor(ctx context.Context, s healthSettings) {
 			}
 			if errors.Is(err, errNoAnswer) {
 				err = fmt.Errorf("%w within %v", errNoAnswer, s.interval)
+			}
+			if ioErr := p.ioCheck(); err == nil {
+				err = ioErr
 			}
 			if err != nil {
 				p.oks, p.fails = 0, p.fails+1

@@ -26,6 +26,9 @@ type flakyDisk struct {
 	// hang, while set, is a channel Health waits on (a store that does
 	// not answer).
 	hang atomic.Pointer[chan struct{}]
+	// ioMode makes Stats report failing or good I/O (see ioFailing).
+	ioMode         atomic.Int32
+	ioErrs, ioGood atomic.Uint64
 }
 
 func (d *flakyDisk) Health() (backstore.Health, error) {
@@ -37,6 +40,33 @@ func (d *flakyDisk) Health() (backstore.Health, error) {
 		return backstore.Health{}, *e
 	}
 	return d.Mem.Health()
+}
+
+// I/O modes of a flakyDisk's Stats: each call adds one failed read
+// (ioFailing), one failed and one good read (ioMixed), or one good read
+// (ioGood) to the RAM disk's counters; ioReal adds nothing.
+const (
+	ioReal int32 = iota
+	ioFailing
+	ioMixed
+	ioGood
+)
+
+func (d *flakyDisk) Stats() backstore.Stats {
+	switch d.ioMode.Load() {
+	case ioFailing:
+		d.ioErrs.Add(1)
+	case ioMixed:
+		d.ioErrs.Add(1)
+		d.ioGood.Add(1)
+	case ioGood:
+		d.ioGood.Add(1)
+	}
+	s := d.Mem.Stats()
+	e, g := d.ioErrs.Load(), d.ioGood.Load()
+	s.Read.Ops += e + g
+	s.Read.Errors += e
+	return s
 }
 
 func (d *flakyDisk) fail(err error) {
@@ -413,6 +443,39 @@ func TestHealthProbe(t *testing.T) {
 		if got := probe(d); (got != nil) != tc.fail {
 			t.Errorf("Health error %v: probe %v", tc.err, got)
 		}
+	}
+}
+
+// TestHealthIOErrors: I/O that fails on a disk whose health check still
+// answers (a fenced or blocklisted client) fails the namespace over once
+// every I/O between two checks failed; errors among good I/O do not, and
+// good I/O brings the namespace back.
+func TestHealthIOErrors(t *testing.T) {
+	t.Parallel()
+	run, _, disk := startFlaky(t, healthConfigWith(healthGateway))
+	d := disk("disk2")
+	checks := func(n int64) {
+		t.Helper()
+		m := d.probes.Load()
+		waitFor(t, "health checks", func() bool { return d.probes.Load() >= m+n })
+	}
+	d.ioMode.Store(ioMixed)
+	checks(5)
+	if st := run.Status().Ports[0].ANA[2]; st != "optimized" {
+		t.Fatalf("group 2 %s with some I/O failing among good I/O (health %q)", st, run.NamespaceHealth("nqn.2026-12.io.rdisk:a", 2))
+	}
+	d.ioMode.Store(ioFailing)
+	waitFor(t, "group 2 inaccessible", func() bool { return run.Status().Ports[0].ANA[2] == "inaccessible" })
+	if h := run.NamespaceHealth("nqn.2026-12.io.rdisk:a", 2); !strings.Contains(h, "I/O errors and no I/O that succeeded since the last check") {
+		t.Fatalf("health %q", h)
+	}
+	if st := run.Status().Ports[0].ANA[1]; st != "optimized" {
+		t.Fatalf("group 1 (namespace 1, no I/O errors) %s", st)
+	}
+	d.ioMode.Store(ioGood)
+	waitFor(t, "group 2 optimized", func() bool { return run.Status().Ports[0].ANA[2] == "optimized" })
+	if h := run.NamespaceHealth("nqn.2026-12.io.rdisk:a", 2); h != "" {
+		t.Fatalf("health %q after recovery", h)
 	}
 }
 
