@@ -23,10 +23,10 @@ import (
 // A monitor goroutine probes every namespace's disk each health_interval:
 // a probe fails when the disk's Health (backstore.HealthReporter) returns
 // an error, or does not answer within the interval, or when I/O failed on
-// the disk since the last probe and none succeeded (ioCheck). ErrClosed (a disk
-// being replaced or removed) and ErrUnsupported (a block device without
-// SMART data) are not failures, and a disk without Health is always
-// healthy. After health_failures failed probes in a row the namespace is
+// the disk since the last probe and none succeeded (ioCheck). ErrClosed
+// (a disk being replaced or removed) and ErrUnsupported (a block device
+// without SMART data) are not failures, and a disk without Health is
+// always healthy. After health_failures failed probes in a row the namespace is
 // failing; after health_recoveries good ones in a row it is healthy again.
 //
 // While a namespace fails:
