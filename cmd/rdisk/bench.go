@@ -41,6 +41,7 @@ func benchCommand() *cli.Command {
 			&cli.StringFlag{Name: "plot", Usage: "draw IOPS/bandwidth over time and the latency distribution to FILE.svg or FILE.png"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line"},
 			cpusFlag("CPUs (Go Ps) to use", "one per queue, like fio's thread per job, up to $GOMAXPROCS or all CPUs"),
+			sysmonFlag(),
 			policyFlag(),
 			discoverFlag(),
 			&cli.DurationFlag{Name: "loss-timeout", Value: initiator.DefaultLossTimeout, Usage: "with several URLs: how long I/O waits while no path is usable before it fails"},
@@ -198,7 +199,11 @@ func runBench(c *cli.Context) error {
 		queues = (jobs + hosts - 1) / hosts
 	}
 	// One P per queue (procs.go says why); --cpus fixes the number.
-	if err := setProcs(c, queues*hosts); err != nil {
+	log, err := logger(c)
+	if err != nil {
+		return err
+	}
+	if err := setProcs(c, queues*hosts, log); err != nil {
 		return err
 	}
 	if p := c.String("plot"); p != "" {

@@ -222,6 +222,8 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"bench", "nvme://" + addr + "/" + cliNQN, "--hosts", "3", "--jobs", "2"}, "at least one job per host"},
 		{[]string{"bench", "nvme://" + addr + "/" + cliNQN, "nvme://" + addr + "/" + cliNQN, "--hosts", "2"}, "takes one URL"},
 		{[]string{"bench", "nvme://" + addr + "/" + cliNQN, "--hosts", "2", "--plot", "x.svg", "--runtime", "50ms"}, "--plot: one host only"},
+		{[]string{"bench", "nvme://" + addr + "/" + cliNQN, "--sysmon-slack", "11ms"}, "--sysmon-slack 11ms: want 0 (off) to 10ms"},
+		{[]string{"target", "--sysmon-slack", "-1ms", "--listen", "127.0.0.1:0", "--discovery-listen=", "--iscsi-listen=", "--srp-listen=", "--admin-socket="}, "--sysmon-slack -1ms"},
 		{[]string{"discover", "nvme://127.0.0.1:1"}, "connection refused"},
 		{[]string{"discover"}, "one URL"},
 		{[]string{"nvme", "identify", "nvme://[::1"}, "unterminated"},

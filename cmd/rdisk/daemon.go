@@ -34,6 +34,7 @@ func sessionFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "loss-timeout", Value: initiator.DefaultLossTimeout, Usage: "how long I/O waits for a lost connection to come back before failing with EIO (like nvme-cli ctrl_loss_tmo; negative: forever)"},
 		&cli.DurationFlag{Name: "reconnect-delay", Value: initiator.DefaultReconnectDelay, Usage: "pause between reconnection attempts"},
 		cpusFlag("most CPUs (Go Ps) the initiator daemon uses; it uses one per NBD client connection up to this", "$GOMAXPROCS, else all CPUs"),
+		sysmonFlag(),
 	}
 }
 

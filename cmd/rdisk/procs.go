@@ -6,7 +6,9 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"time"
 
+	"github.com/rdisk/rdisk/internal/sysmon"
 	"github.com/urfave/cli/v2"
 )
 
@@ -53,6 +55,9 @@ func adjustProcs(c *cli.Context) bool {
 // alone (adjustProcs).
 func procHook(c *cli.Context, log *slog.Logger) (func(delta int), error) {
 	maxp, err := maxProcs(c)
+	if err == nil {
+		err = setSysmonSlack(c, log)
+	}
 	if err != nil || !adjustProcs(c) {
 		return nil, err
 	}
@@ -61,9 +66,12 @@ func procHook(c *cli.Context, log *slog.Logger) (func(delta int), error) {
 
 // setProcs gives a client one P per queue it drives: n, at most
 // maxProcs, or exactly --cpus when given; nothing when rdisk leaves
-// GOMAXPROCS alone (adjustProcs).
-func setProcs(c *cli.Context, n int) error {
+// GOMAXPROCS alone (adjustProcs). It applies --sysmon-slack too.
+func setProcs(c *cli.Context, n int, log *slog.Logger) error {
 	maxp, err := maxProcs(c)
+	if err == nil {
+		err = setSysmonSlack(c, log)
+	}
 	if err != nil || !adjustProcs(c) {
 		return err
 	}
@@ -108,4 +116,31 @@ func (g *procGovernor) apply() {
 		g.cur = n
 		g.log.Debug("GOMAXPROCS set", "procs", n, "busy_queues", g.queues, "max", g.max)
 	}
+}
+
+// sysmonFlag is the --sysmon-slack flag of the long-running commands; see
+// package internal/sysmon for why.
+func sysmonFlag() cli.Flag {
+	return &cli.DurationFlag{Name: "sysmon-slack", Value: time.Millisecond,
+		Usage: "timer slack of the Go runtime's monitor thread, which otherwise wakes every ~70 µs under I/O and takes Ps away from system and cgo calls (0: leave it; at most 10ms; needs CAP_SYS_NICE)"}
+}
+
+// setSysmonSlack applies --sysmon-slack after checking it. Failing to
+// find or set the thread is not fatal: rdisk runs as before, slower, and
+// says why.
+func setSysmonSlack(c *cli.Context, log *slog.Logger) error {
+	d := c.Duration("sysmon-slack")
+	if d < 0 || d > sysmon.MaxSlack {
+		return fmt.Errorf("--sysmon-slack %v: want 0 (off) to %v", d, sysmon.MaxSlack)
+	}
+	if d == 0 {
+		return nil
+	}
+	tid, err := sysmon.SetSlack(d)
+	if err != nil {
+		log.Info("runtime monitor's timer slack left at the default (--sysmon-slack)", "err", err)
+		return nil
+	}
+	log.Debug("runtime monitor's timer slack set", "thread", tid, "slack", d)
+	return nil
 }

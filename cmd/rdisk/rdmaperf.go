@@ -23,6 +23,7 @@ func rdmaPerfCommand() *cli.Command {
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "listen", Value: defaultPerfAddr, Usage: "address to listen on (host:port)"},
 					cpusFlag("most CPUs (Go Ps) to use; one per connected client up to this", "$GOMAXPROCS, else all CPUs"),
+					sysmonFlag(),
 				},
 				Action: func(c *cli.Context) error {
 					log, err := logger(c)
@@ -63,6 +64,7 @@ func rdmaPerfCommand() *cli.Command {
 					&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 					&cli.BoolFlag{Name: "busy-poll", Usage: "poll the completion queue without sleeping, as perftest does without -e (default: wait as the target's queues do)"},
 					cpusFlag("CPUs (Go Ps) to use", "1: one QP, as the target and bench use one per queue"),
+					sysmonFlag(),
 				},
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
@@ -80,7 +82,7 @@ func rdmaPerfCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					if err := setProcs(c, 1); err != nil { // one QP
+					if err := setProcs(c, 1, log); err != nil { // one QP
 						return err
 					}
 					choice, err := rdmaOf(c)

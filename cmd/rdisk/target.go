@@ -87,6 +87,7 @@ applies the difference.`,
 			drainFlag("on SIGTERM/SIGINT, how long to let in-flight I/O finish and hosts log out before dropping them (then the disks are flushed)"),
 			&cli.StringFlag{Name: "admin-socket", Value: target.DefaultAdminSocket, Usage: "unix socket for rdisk admin (root only; empty: none; the default is skipped with a warning when another target holds it)"},
 			cpusFlag("most CPUs (Go Ps) to use; rdisk uses one per connected queue up to this", "$GOMAXPROCS, else all CPUs"),
+			sysmonFlag(),
 		}, srpTargetFlags()...),
 		Action: runTarget,
 	}
