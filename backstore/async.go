@@ -52,6 +52,41 @@ type AsyncIO struct {
 	Err error
 	// Ctx is free for the caller's use.
 	Ctx any
+	// Batch, set by the disk before Done, is non-nil when the disk is
+	// completing several operations in a row on this goroutine: Done may
+	// hold back work that serves many of them at once (a transport's
+	// socket write) and hand it to Batch.Defer, which runs it after the
+	// batch's last Done. Nil: do it now.
+	Batch *Batch
+}
+
+// Batch collects the work that the Done functions of one run of
+// completions deferred. A disk keeps one per completing goroutine (not
+// shared), sets it in each AsyncIO it completes in the run and calls Run
+// after the last; nothing is allocated once its list has grown.
+type Batch struct {
+	fns []func()
+}
+
+// Defer asks for f to run once the batch's completions are all done, on
+// the same goroutine. A caller defers once per batch what it would
+// otherwise do on every Done (it keeps its own "deferred" flag): f runs as
+// often as it was deferred.
+func (b *Batch) Defer(f func()) { b.fns = append(b.fns, f) }
+
+// Len returns how many functions wait for Run.
+func (b *Batch) Len() int { return len(b.fns) }
+
+// Run runs the deferred functions in the order they were deferred (also
+// those deferred while it runs) and empties the batch. The disk calls it
+// after the batch's last Done.
+func (b *Batch) Run() {
+	for i := 0; i < len(b.fns); i++ {
+		f := b.fns[i]
+		b.fns[i] = nil
+		f()
+	}
+	b.fns = b.fns[:0]
 }
 
 // AsyncDisk is implemented by disks that keep many operations in flight

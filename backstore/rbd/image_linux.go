@@ -78,6 +78,7 @@ type Image struct {
 	polled   bool
 	evf      *os.File
 	evBuf    [8]byte
+	batch    backstore.Batch // the reaper's
 	reapArgs *C.uintptr_t
 	reapRets *C.int64_t
 	reapStop atomic.Bool
@@ -692,11 +693,20 @@ func (im *Image) reaper() {
 			if k <= 0 {
 				break
 			}
+			// Several at once: the transports may send their responses
+			// in one write after the last (backstore.Batch).
+			var b *backstore.Batch
+			if k > 1 {
+				b = &im.batch
+			}
 			for i := range k {
 				s := cgo.Handle(args[i]).Value().(*slot)
 				s.ret = rets[i]
 				s.mismatch = int64(*s.mismatchPtr())
-				im.finish(s)
+				im.finish(s, b)
+			}
+			if b != nil {
+				b.Run()
 			}
 			if k < C.RDISK_REAP_MAX {
 				break
@@ -722,11 +732,13 @@ func (im *Image) stopReaper() {
 func (im *Image) completer() {
 	defer im.wg.Done()
 	for s := range im.done {
-		im.finish(s)
+		im.finish(s, nil)
 	}
 }
 
-func (im *Image) finish(s *slot) {
+// finish ends s's I/O and calls its Done; b is the reaper's batch when it
+// completes several.
+func (im *Image) finish(s *slot, b *backstore.Batch) {
 	io := s.io
 	if s.flushFUA && s.ret >= 0 {
 		// The write is in librbd's cache: flush it before reporting a
@@ -751,7 +763,7 @@ func (im *Image) finish(s *slot) {
 	im.st.counters(s.op).done(s.n, im.st.now()-s.start, failed)
 	im.st.inFlight.Add(-1)
 	im.putSlot(s)
-	io.Err = err
+	io.Err, io.Batch = err, b
 	io.Done(io)
 	im.active.Add(-1)
 }

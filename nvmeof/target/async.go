@@ -155,6 +155,7 @@ func (q *sq) asyncFinish(r *request, err error) error {
 	if err != nil {
 		r.status = ioStatus(err, r.aio.Op != backstore.AsyncRead)
 	}
+	r.batch = r.aio.Batch
 	r.clearAsync()
 	return q.respond(r)
 }
@@ -162,5 +163,5 @@ func (q *sq) asyncFinish(r *request, err error) error {
 // clearAsync forgets the buffers of r's operation.
 func (r *request) clearAsync() {
 	r.aioBufs[0] = nil
-	r.aio.Bufs, r.aio.Err = nil, nil
+	r.aio.Bufs, r.aio.Err, r.aio.Batch = nil, nil, nil
 }

@@ -128,6 +128,9 @@ type request struct {
 	aioStart bool
 	noAsync  bool
 	dsmNext  int
+	// batch is the disk's completion batch (AsyncIO.Batch) from the end
+	// of the command's operation to its respond, which clears it.
+	batch *backstore.Batch
 }
 
 // encodeCQE writes r's completion queue entry for queue qid into b.

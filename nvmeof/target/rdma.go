@@ -309,6 +309,7 @@ func (q *rdmaQueue) CtlSent(int) error { return nil }
 // then the read data by RDMA Write (straight from a RAM disk's chunks when
 // the core found views) and the completion by Send.
 func (q *rdmaQueue) respond(r *request) error {
+	r.batch = nil // (each response is its own post)
 	s := q.tq.Slot(r.id)
 	x := &s.R
 	r.encodeCQE(s.Resp(), q.sq.qid)

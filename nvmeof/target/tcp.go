@@ -115,6 +115,7 @@ func (p *Port) serveStream(c net.Conn, sp rdma.StreamProvider) {
 	since := time.Now()
 	rd := stream.New(c)
 	q := &tcpQueue{p: p, c: c, rd: rd, pduTimeout: p.t.pduTimeout}
+	q.flushBatch = q.batchFlush
 	// The connect timeout covers the MPA request or the ICReq too.
 	ct := p.startConnectTimer(since, q.connected, func() { c.Close() })
 	defer ct.stop()
@@ -268,7 +269,11 @@ type tcpQueue struct {
 	// inline: the receiver is processing what it read and flushes before
 	// it next reads, so responses wait for it.
 	inline bool
-	werr   error
+	// batched: a flush is deferred to the end of the disk's completion
+	// batch (flushBatch, set once).
+	batched    bool
+	flushBatch func()
+	werr       error
 	// lingering: finish set the read deadline of the wait for the host
 	// to close; the PDU timeout leaves it alone.
 	lingering bool
@@ -646,6 +651,8 @@ func (q *tcpQueue) h2cData(h tcp.Header, l tcp.Layout) error {
 // the C2HData's SUCCESS flag stands for it.
 func (q *tcpQueue) respond(r *request) error {
 	x := &q.slots[r.id]
+	b := r.batch
+	r.batch = nil
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.werr != nil {
@@ -704,7 +711,31 @@ func (q *tcpQueue) respond(r *request) error {
 	if q.inline && len(q.pendReq) < tcpFlushEvery {
 		return nil
 	}
+	if b != nil && len(q.pendReq) < tcpFlushEvery {
+		// More completions follow on this goroutine: one write for all
+		// of this queue's, after the last.
+		if !q.batched {
+			// The deferred flush counts as an operation in flight
+			// until it ran: the queue's end waits for it.
+			q.batched = true
+			q.sq.async.Add(1)
+			b.Defer(q.flushBatch)
+		}
+		return nil
+	}
 	return q.flushLocked()
+}
+
+// batchFlush sends what responses of a disk's completion batch held.
+func (q *tcpQueue) batchFlush() {
+	defer q.sq.async.Done()
+	q.mu.Lock()
+	q.batched = false
+	err := q.flushLocked()
+	q.mu.Unlock()
+	if err != nil {
+		q.sq.shutdown(reasonTransportError, err)
+	}
 }
 
 // flushLocked sends what is pending in one vectored write and frees the
