@@ -56,7 +56,8 @@ type AsyncIO struct {
 	// completing several operations in a row on this goroutine: Done may
 	// hold back work that serves many of them at once (a transport's
 	// socket write) and hand it to Batch.Defer, which runs it after the
-	// batch's last Done. Nil: do it now.
+	// batch's last Done. Nil: do it now. A disk sets it before every
+	// Done (nil when it completes one operation alone).
 	Batch *Batch
 }
 

@@ -498,6 +498,7 @@ func (e *asyncEngine) complete(c uring.CQE) {
 		e.beginLocked(next, vecLen(next.Bufs))
 	}
 	e.mu.Unlock()
+	io.Batch = nil
 	io.Done(io)
 	e.finished()
 }
@@ -602,7 +603,7 @@ func (e *asyncEngine) syncWorker() {
 			continue
 		}
 		e.mu.Unlock()
-		io.Err = e.runSync(io)
+		io.Err, io.Batch = e.runSync(io), nil
 		io.Done(io)
 		e.finished()
 		e.mu.Lock()
