@@ -32,6 +32,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdisk/rdisk/internal/sysmon"
+
 	"github.com/rdisk/rdisk/internal/latency"
 )
 
@@ -42,6 +44,7 @@ type options struct {
 	wsize, rsize int
 	dur, warmup  time.Duration
 	timeout      time.Duration
+	slack        time.Duration
 	deadline     time.Time
 }
 
@@ -63,12 +66,19 @@ func main() {
 	fs.DurationVar(&o.dur, "dur", 5*time.Second, "client: measured interval")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "pp-client: unmeasured lead-in")
 	fs.DurationVar(&o.timeout, "timeout", 120*time.Second, "hard limit for either side")
+	fs.DurationVar(&o.slack, "sysmon-slack", 0, "timer slack of the Go runtime's monitor thread, as rdisk's --sysmon-slack (0: leave it)")
 	if err := fs.Parse(os.Args[2:]); err != nil {
 		os.Exit(2)
 	}
 	if err := o.check(); err != nil {
 		fmt.Fprintln(os.Stderr, "rawperf:", err)
 		os.Exit(2)
+	}
+	if o.slack > 0 {
+		if _, err := sysmon.SetSlack(o.slack); err != nil {
+			fmt.Fprintln(os.Stderr, "rawperf: -sysmon-slack:", err)
+			os.Exit(1)
+		}
 	}
 	o.deadline = time.Now().Add(o.timeout)
 	var err error
