@@ -123,7 +123,12 @@ func (l *lab) run(t testing.TB, name string, args ...string) string {
 	cmd.Env = append(os.Environ(), "CEPH_CONF="+l.conf)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+		// What the cluster says of itself, for a command that hung (seen
+		// once in CI: rbd create timed out after 60 s, with no output).
+		st := exec.Command("timeout", "10", "ceph", "--connect-timeout", "5", "health", "detail")
+		st.Env = cmd.Env
+		health, _ := st.CombinedOutput()
+		t.Fatalf("%s %s: %v: %s (cluster health: %s)", name, strings.Join(args, " "), err, out, bytes.TrimSpace(health))
 	}
 	return string(out)
 }
