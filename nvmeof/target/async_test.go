@@ -89,23 +89,29 @@ func (d *asyncDisk) run() {
 		if p := d.fail[io.Op].Load(); p != nil {
 			err = *p
 		} else {
-			switch io.Op {
-			case backstore.AsyncRead:
-				err = d.Mem.ReadvAt(io.Bufs, io.Off)
-			case backstore.AsyncWrite:
-				err = d.Mem.WritevAt(io.Bufs, io.Off, io.Flags)
-			case backstore.AsyncFlush:
-				err = d.Mem.Flush()
-			case backstore.AsyncDiscard:
-				err = d.Mem.Discard(io.Off, io.Len)
-			case backstore.AsyncWriteZeroes:
-				err = d.Mem.WriteZeroes(io.Off, io.Len, io.Flags)
-			}
+			err = runOnMem(d.Mem, io)
 		}
 		io.Err = err
 		d.inflight.Add(-1)
 		io.Done(io)
 	}
+}
+
+// runOnMem runs io's operation on m with its synchronous methods.
+func runOnMem(m *backstore.Mem, io *backstore.AsyncIO) error {
+	switch io.Op {
+	case backstore.AsyncRead:
+		return m.ReadvAt(io.Bufs, io.Off)
+	case backstore.AsyncWrite:
+		return m.WritevAt(io.Bufs, io.Off, io.Flags)
+	case backstore.AsyncFlush:
+		return m.Flush()
+	case backstore.AsyncDiscard:
+		return m.Discard(io.Off, io.Len)
+	case backstore.AsyncWriteZeroes:
+		return m.WriteZeroes(io.Off, io.Len, io.Flags)
+	}
+	return fmt.Errorf("async disk: operation %v: %w", io.Op, backstore.ErrUnsupported)
 }
 
 // Traits: a network store waits for every operation (without Start,

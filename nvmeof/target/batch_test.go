@@ -66,18 +66,7 @@ func (d *batchDisk) run() {
 			}
 		}
 		for _, io := range batch {
-			switch io.Op {
-			case backstore.AsyncRead:
-				io.Err = d.Mem.ReadvAt(io.Bufs, io.Off)
-			case backstore.AsyncWrite:
-				io.Err = d.Mem.WritevAt(io.Bufs, io.Off, io.Flags)
-			case backstore.AsyncFlush:
-				io.Err = d.Mem.Flush()
-			case backstore.AsyncDiscard:
-				io.Err = d.Mem.Discard(io.Off, io.Len)
-			case backstore.AsyncWriteZeroes:
-				io.Err = d.Mem.WriteZeroes(io.Off, io.Len, io.Flags)
-			}
+			io.Err = runOnMem(d.Mem, io)
 		}
 		if len(batch) == 1 {
 			batch[0].Batch = nil
