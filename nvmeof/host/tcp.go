@@ -849,9 +849,9 @@ func (q *tcpQueue) sendLoop() {
 // nvme_tcp_setup_h2c_data_pdu), batching up to tcpH2CBatch per writev.
 func (q *tcpQueue) answerR2T(s *tcpSlot) error {
 	q.sendMu.Lock()
-	off, end := s.r2tOff, s.r2tOff+s.r2tLen
+	off, end := s.r2tOff, s.r2tOff+s.r2tLen // end > off: recvR2T refuses empty R2Ts
 	q.sendMu.Unlock()
-	for off < end {
+	for {
 		select {
 		case <-q.dead:
 			return q.deadErr
@@ -882,26 +882,30 @@ func (q *tcpQueue) answerR2T(s *tcpSlot) error {
 		if err != nil {
 			return fmt.Errorf("sending H2CData for command %d: %w", s.cid, err)
 		}
-		if off == end {
-			q.sendMu.Lock()
-			s.sent = max(s.sent, end)
-			if s.r2tNext { // the next R2T came meanwhile
-				s.r2tNext = false
-				s.r2tOff, s.r2tLen, s.ttag = s.nextOff, s.nextLen, s.nextTTag
-				off, end = s.r2tOff, s.r2tOff+s.r2tLen
-			}
-			q.sendMu.Unlock()
+		if off < end {
+			continue
 		}
+		q.sendMu.Lock()
+		s.sent = max(s.sent, end)
+		if s.r2tNext { // the next R2T came meanwhile
+			s.r2tNext = false
+			s.r2tOff, s.r2tLen, s.ttag = s.nextOff, s.nextLen, s.nextTTag
+			off, end = s.r2tOff, s.r2tOff+s.r2tLen
+			q.sendMu.Unlock()
+			continue
+		}
+		// Done, in the same critical section as the check above: an R2T
+		// coming in between would see r2tBusy, wait in the slot
+		// (r2tNext) and never be answered.
+		s.r2tBusy = false
+		late := s.respLate
+		s.respLate = false
+		q.sendMu.Unlock()
+		if late {
+			q.finish(s, nil)
+		}
+		return nil
 	}
-	q.sendMu.Lock()
-	s.r2tBusy = false
-	late := s.respLate
-	s.respLate = false
-	q.sendMu.Unlock()
-	if late {
-		q.finish(s, nil)
-	}
-	return nil
 }
 
 // checkIdentifyTCP applies the checks the Linux NVMe/TCP host makes
