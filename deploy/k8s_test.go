@@ -243,7 +243,7 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, configMap string) {
 		t.Error("capabilities: ALL not dropped")
 	} else {
 		for _, add := range sc.Capabilities.Add {
-			if add != "NET_BIND_SERVICE" && add != "IPC_LOCK" {
+			if add != "NET_BIND_SERVICE" && add != "IPC_LOCK" && add != "SYS_NICE" {
 				t.Errorf("capability %s added", add)
 			}
 		}

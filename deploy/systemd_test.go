@@ -82,8 +82,8 @@ func TestDeploySystemdUnits(t *testing.T) {
 		"NoNewPrivileges":          "yes",
 		"LimitMEMLOCK":             "infinity",
 		"DevicePolicy":             "closed",
-		"CapabilityBoundingSet":    "CAP_NET_BIND_SERVICE",
-		"AmbientCapabilities":      "CAP_NET_BIND_SERVICE",
+		"CapabilityBoundingSet":    "CAP_NET_BIND_SERVICE CAP_SYS_NICE",
+		"AmbientCapabilities":      "CAP_NET_BIND_SERVICE CAP_SYS_NICE",
 	} {
 		if got := tg.get(key); got != want {
 			t.Errorf("rdisk-target.service: %s=%q, want %q", key, got, want)
@@ -113,7 +113,8 @@ func TestDeploySystemdUnits(t *testing.T) {
 		"NoNewPrivileges":          "yes",
 		"LimitMEMLOCK":             "infinity",
 		"DevicePolicy":             "closed",
-		"CapabilityBoundingSet":    "CAP_SYS_ADMIN",
+		"CapabilityBoundingSet":    "CAP_SYS_ADMIN CAP_SYS_NICE",
+		"AmbientCapabilities":      "CAP_SYS_ADMIN CAP_SYS_NICE",
 	} {
 		if got := in.get(key); got != want {
 			t.Errorf("rdisk-initiator.service: %s=%q, want %q", key, got, want)
