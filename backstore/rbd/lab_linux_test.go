@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -128,9 +129,34 @@ func (l *lab) run(t testing.TB, name string, args ...string) string {
 		st := exec.Command("timeout", "10", "ceph", "--connect-timeout", "5", "health", "detail")
 		st.Env = cmd.Env
 		health, _ := st.CombinedOutput()
-		t.Fatalf("%s %s: %v: %s (cluster health: %s)", name, strings.Join(args, " "), err, out, bytes.TrimSpace(health))
+		t.Fatalf("%s %s: %v: %s (cluster health: %s; %s)", name, strings.Join(args, " "), err, out, bytes.TrimSpace(health), l.osdSpace())
 	}
 	return string(out)
+}
+
+// osdSpace reports what the OSD's store says of its space (perf dump
+// through its admin socket), for a failure message: a full OSD seen once
+// in CI on the shared cluster, which no test fills.
+func (l *lab) osdSpace() string {
+	socks, _ := filepath.Glob(filepath.Join(l.dir, "run", "osd.*.asok"))
+	if len(socks) == 0 {
+		return "no OSD admin socket"
+	}
+	out, err := exec.Command("timeout", "10", "ceph", "--admin-daemon", socks[0], "perf", "dump", "osd").CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("OSD perf dump: %v: %s", err, bytes.TrimSpace(out))
+	}
+	var pd struct {
+		OSD struct {
+			Bytes int64 `json:"stat_bytes"`
+			Used  int64 `json:"stat_bytes_used"`
+			Avail int64 `json:"stat_bytes_avail"`
+		} `json:"osd"`
+	}
+	if err := json.Unmarshal(out, &pd); err != nil {
+		return fmt.Sprintf("OSD perf dump: %v", err)
+	}
+	return fmt.Sprintf("OSD store: %d bytes, %d used, %d available", pd.OSD.Bytes, pd.OSD.Used, pd.OSD.Avail)
 }
 
 // newImage creates an image of size (rbd create --size) with the given
