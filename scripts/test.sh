@@ -69,8 +69,27 @@ if [ -e /usr/include/rbd/librbd.h ] && [ -e /usr/include/rados/librados.h ]; the
 	echo "== go vet / build / test -tags ceph,pacific (backstore/rbd, gateways over RBD)"
 	go vet -tags ceph,pacific ./backstore/rbd/ ./cmd/rdisk/
 	go build -tags ceph,pacific -o /dev/null ./cmd/rdisk
-	go test -tags ceph,pacific -count=1 -timeout 10m ./backstore/rbd/
-	go test -race -tags ceph,pacific -count=1 -timeout 10m ./backstore/rbd/
+	# Twice in seven CI runs (and never in 20 runs outside CI), the shared
+	# test cluster's OSD reported itself full (OSD_FULL) a few seconds in,
+	# though no test but TestFullAndTimeout, on a cluster of its own, fills
+	# one: the cause is not known yet. Only that failure is retried, once,
+	# with the first run's output kept above.
+	rbdtest() {
+		local out
+		if out=$(go test "$@" 2>&1); then
+			echo "$out"
+			return 0
+		fi
+		echo "$out"
+		if grep -q OSD_FULL <<<"$out" && ! grep -q -- "--- FAIL: TestFullAndTimeout" <<<"$out"; then
+			echo "test.sh: FLAKE: the shared test cluster's OSD went full (see the OSD store line above); running the package once more"
+			go test "$@"
+			return
+		fi
+		return 1
+	}
+	rbdtest -tags ceph,pacific -count=1 -timeout 10m ./backstore/rbd/
+	rbdtest -race -tags ceph,pacific -count=1 -timeout 10m ./backstore/rbd/
 	go test -tags ceph,pacific -count=1 -timeout 10m -run 'TestCeph' ./cmd/rdisk/
 else
 	echo "== -tags ceph,pacific skipped: librbd-dev/librados-dev missing (not root?)"
