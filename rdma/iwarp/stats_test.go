@@ -167,7 +167,14 @@ func TestStatsTransfer(t *testing.T) {
 	waitStats(t, sp, "server after the peer closed", func(st Stats) bool { return same(st, wantS) })
 
 	for _, l := range []*logRecorder{clog, slg} {
-		up, down := l.find("iwarp: connection established"), l.find("iwarp: connection closed")
+		// The closed record is logged just after the counts move to the
+		// totals (tx.go), so it may trail what waitStats saw.
+		down := l.find("iwarp: connection closed")
+		for deadline := time.Now().Add(10 * time.Second); len(down) == 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+			down = l.find("iwarp: connection closed")
+		}
+		up := l.find("iwarp: connection established")
 		if len(up) != 1 || up[0]["level"] != "DEBUG" || up[0]["peer"] == "" || up[0]["qp"] == "" {
 			t.Errorf("connection established logged as %v", up)
 		}
