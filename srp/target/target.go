@@ -246,7 +246,15 @@ type Stats struct {
 // Stats returns the target's counters and the number of live channels.
 func (t *Target) Stats() Stats {
 	c := &t.stats
+	// Live first: a channel counts its end before it leaves its nexus, so
+	// a snapshot that finds it gone also finds its end counted (read the
+	// other way round, one could see Live 0 with an end still uncounted).
+	live := 0
+	for _, p := range t.Ports() {
+		live += p.liveChannels()
+	}
 	st := Stats{
+		Live:   live,
 		Logins: c.logins.Load(), LoginRejects: c.rejects.Load(), ILogouts: c.ilogouts.Load(), TLogouts: c.tlogouts.Load(),
 		Commands: c.commands.Load(), Direct: c.direct.Load(), Indirect: c.indirect.Load(), External: c.external.Load(),
 		Immediate: c.immediate.Load(), TaskMgmt: c.tmfs.Load(), CredReqs: c.credReqs.Load(), AERs: c.aer.Load(),
@@ -258,9 +266,6 @@ func (t *Target) Stats() Stats {
 	}
 	for i := endUnset + 1; i < nEndReasons; i++ {
 		st.ChannelsClosed[endNames[i]] = c.closed[i].Load()
-	}
-	for _, p := range t.Ports() {
-		st.Live += p.liveChannels()
 	}
 	return st
 }
