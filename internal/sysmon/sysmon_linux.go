@@ -12,13 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// MaxSlack is the largest slack SetSlack accepts: sysmon never sleeps more
-// than 10 ms at a time, so a larger slack would only delay its duties.
-const MaxSlack = 10 * time.Millisecond
-
-// ErrNotFound is returned when no thread could be told apart as sysmon.
-var ErrNotFound = errors.New("sysmon: the runtime's monitor thread was not found (no single thread seen in nanosleep)")
-
 // SetSlack sets the timer slack of the runtime's sysmon thread to d and
 // returns that thread's ID. It takes up to about 50 ms. d must be between
 // 1 ns and MaxSlack.

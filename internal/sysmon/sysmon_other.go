@@ -7,12 +7,6 @@ import (
 	"time"
 )
 
-// MaxSlack is the largest slack SetSlack accepts.
-const MaxSlack = 10 * time.Millisecond
-
-// ErrNotFound is returned when no thread could be told apart as sysmon.
-var ErrNotFound = errors.New("sysmon: the runtime's monitor thread was not found")
-
 // SetSlack is Linux only.
 func SetSlack(d time.Duration) (int, error) {
 	return 0, errors.ErrUnsupported

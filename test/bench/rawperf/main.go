@@ -32,9 +32,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rdisk/rdisk/internal/sysmon"
-
 	"github.com/rdisk/rdisk/internal/latency"
+	"github.com/rdisk/rdisk/internal/sysmon"
 )
 
 type options struct {
