@@ -11,7 +11,8 @@
 #  2. speed: rdisk over RBD (one gateway, NVMe/TCP and NVMe/RDMA over the
 #     software iWARP provider) against `rbd bench` on the same image,
 #     interleaved, REPS times: 4 KiB random writes at QD32 and 128 KiB
-#     sequential reads at QD16.
+#     sequential reads at QD16; the reads also against minigw (minigw.c,
+#     built with gcc), the least a gateway can do over loopback TCP here.
 #
 #   REPS=N (3)  RUNTIME=SECONDS (10, per rdisk bench run)  PHASES="failover speed"
 #   KEEP=1: keep the cluster directory and logs ($DIR)
@@ -135,21 +136,39 @@ if [[ " $PHASES " = *" speed "* ]]; then
 		python3 -c 'import json,sys;r=json.load(open(sys.argv[1]));print(r["iops"], r["bw_bytes_per_sec"])' "$DIR/rdb.json"
 	}
 	R=nvme://127.0.0.1:4420/$NQN
-	printf '  %-3s %-22s %12s %12s %12s %8s %8s\n' rep workload "rbd bench" "rdisk tcp" "rdisk rdma" tcp/rbd rdma/rbd
+	# minigw (minigw.c): the least any gateway can do here, librbd's aio
+	# reads sent over one loopback TCP connection to a receive-only host,
+	# asked for by 8-byte requests. Its ratio to rbd bench is the ceiling
+	# of the 128K read cell; rdisk/mini says how near rdisk comes to it.
+	MINI=
+	if gcc -O2 -o "$DIR/minigw" "$ROOT/test/ceph/minigw.c" -lrbd -lrados -lpthread 2>"$DIR/minigw.err"; then
+		MINI=$DIR/minigw
+	else
+		echo "  (no minigw column: gcc failed: $(head -1 "$DIR/minigw.err"))"
+	fi
+	mgw() { # mgw BS QD: IOPS and bytes/s of minigw in req mode
+		[ -n "$MINI" ] || { echo "0 0"; return; }
+		timeout $((RUNTIME + 60)) "$MINI" req rbd/test "$(($(numfmt --from=iec "$1")))" "$2" "$RUNTIME" 2>"$DIR/minigw.err" |
+			sed -n 's/.*IOPS=\([0-9]*\) BW=\([0-9]*\).*/\1 \2/p' | grep . || echo "0 0"
+	}
+	printf '  %-3s %-22s %12s %12s %12s %12s %8s %8s %8s %9s\n' rep workload "rbd bench" minigw "rdisk tcp" "rdisk rdma" mini/rbd tcp/rbd rdma/rbd tcp/mini
 	for rep in $(seq "$REPS"); do
 		for w in "randwrite 4K 32 write rand 400M" "read 128K 16 read seq 8G"; do
 			set -- $w
 			if [ "$1" = randwrite ]; then col=1; name="4K randwrite QD32"; else col=2; name="128K seq read QD16"; fi
+			m="0 0"
 			# The order flips every repetition: rbd bench first, then last.
 			if ((rep % 2)); then
-				x=$(rbdb "$4" "$2" "$3" "$5" "$6"); xt=$(rdb "$A" "$1" "$2" "$3"); xr=$(rdb "$R" "$1" "$2" "$3")
+				x=$(rbdb "$4" "$2" "$3" "$5" "$6"); [ $col = 2 ] && m=$(mgw "$2" "$3"); xt=$(rdb "$A" "$1" "$2" "$3"); xr=$(rdb "$R" "$1" "$2" "$3")
 			else
-				xr=$(rdb "$R" "$1" "$2" "$3"); xt=$(rdb "$A" "$1" "$2" "$3"); x=$(rbdb "$4" "$2" "$3" "$5" "$6")
+				xr=$(rdb "$R" "$1" "$2" "$3"); xt=$(rdb "$A" "$1" "$2" "$3"); [ $col = 2 ] && m=$(mgw "$2" "$3"); x=$(rbdb "$4" "$2" "$3" "$5" "$6")
 			fi
-			read -r ri rb <<<"$x"; read -r ti tb <<<"$xt"; read -r di db <<<"$xr"
-			if [ $col = 1 ]; then base=$ri t=$ti d=$di unit=IOPS; else base=$rb t=$tb d=$db unit=B/s; fi
-			printf '  %-3s %-22s %12.0f %12.0f %12.0f %8.2f %8.2f  (%s)\n' "$rep" "$name" "$base" "$t" "$d" \
-				"$(python3 -c "print($t/max($base, 1))")" "$(python3 -c "print($d/max($base, 1))")" "$unit"
+			read -r ri rb <<<"$x"; read -r ti tb <<<"$xt"; read -r di db <<<"$xr"; read -r mi mb <<<"$m"
+			if [ $col = 1 ]; then base=$ri t=$ti d=$di mm=0 unit=IOPS; else base=$rb t=$tb d=$db mm=$mb unit=B/s; fi
+			ratio() { python3 -c "print('%.2f' % ($1/$2) if $2 > 0 else '-')"; }
+			printf '  %-3s %-22s %12.0f %12s %12.0f %12.0f %8s %8.2f %8.2f %9s  (%s)\n' "$rep" "$name" "$base" \
+				"$([ "$mm" = 0 ] && echo - || echo "$mm")" "$t" "$d" "$([ "$mm" = 0 ] && echo - || ratio "$mm" "$base")" \
+				"$(python3 -c "print($t/max($base, 1))")" "$(python3 -c "print($d/max($base, 1))")" "$(ratio "$t" "$mm")" "$unit"
 		done
 	done
 	kill "$pid_a" 2>/dev/null; wait "$pid_a" 2>/dev/null
