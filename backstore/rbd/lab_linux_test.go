@@ -148,15 +148,17 @@ func (l *lab) osdSpace() string {
 	}
 	var pd struct {
 		OSD struct {
-			Bytes int64 `json:"stat_bytes"`
-			Used  int64 `json:"stat_bytes_used"`
-			Avail int64 `json:"stat_bytes_avail"`
+			Bytes uint64 `json:"stat_bytes"`
+			Used  uint64 `json:"stat_bytes_used"`
+			Avail uint64 `json:"stat_bytes_avail"`
 		} `json:"osd"`
 	}
 	if err := json.Unmarshal(out, &pd); err != nil {
 		return fmt.Sprintf("OSD perf dump: %v", err)
 	}
-	return fmt.Sprintf("OSD store: %d bytes, %d used, %d available", pd.OSD.Bytes, pd.OSD.Used, pd.OSD.Avail)
+	// The OSD computes used as total - available in uint64: memstore's
+	// count going below zero shows as a number near 2^64.
+	return fmt.Sprintf("OSD store: %d bytes, %d used (as int64: %d), %d available", pd.OSD.Bytes, pd.OSD.Used, int64(pd.OSD.Used), pd.OSD.Avail)
 }
 
 // newImage creates an image of size (rbd create --size) with the given
