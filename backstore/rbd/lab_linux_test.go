@@ -135,8 +135,9 @@ func (l *lab) run(t testing.TB, name string, args ...string) string {
 }
 
 // osdSpace reports what the OSD's store says of its space (perf dump
-// through its admin socket), for a failure message: a full OSD seen once
-// in CI on the shared cluster, which no test fills.
+// through its admin socket), for a failure message. A full OSD on the
+// shared cluster, which no test fills, was memstore's byte count below
+// zero (ceph-lab.sh's ballast object is there against it).
 func (l *lab) osdSpace() string {
 	socks, _ := filepath.Glob(filepath.Join(l.dir, "run", "osd.*.asok"))
 	if len(socks) == 0 {
