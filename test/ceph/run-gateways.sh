@@ -148,8 +148,14 @@ if [[ " $PHASES " = *" speed "* ]]; then
 	fi
 	mgw() { # mgw BS QD: IOPS and bytes/s of minigw in req mode
 		[ -n "$MINI" ] || { echo "0 0"; return; }
-		timeout $((RUNTIME + 60)) "$MINI" req rbd/test "$(($(numfmt --from=iec "$1")))" "$2" "$RUNTIME" 2>"$DIR/minigw.err" |
-			sed -n 's/.*IOPS=\([0-9]*\) BW=\([0-9]*\).*/\1 \2/p' | grep . || echo "0 0"
+		local out
+		out=$(timeout $((RUNTIME + 60)) "$MINI" req rbd/test "$(($(numfmt --from=iec "$1")))" "$2" "$RUNTIME" 2>"$DIR/minigw.err" |
+			sed -n 's/.*IOPS=\([0-9]*\) BW=\([0-9]*\).*/\1 \2/p')
+		if [ -z "$out" ]; then
+			echo "  minigw failed (not a gateway result): $(tail -1 "$DIR/minigw.err")" >&2
+			out="0 0"
+		fi
+		echo "$out"
 	}
 	printf '  %-3s %-22s %12s %12s %12s %12s %8s %8s %8s %9s\n' rep workload "rbd bench" minigw "rdisk tcp" "rdisk rdma" mini/rbd tcp/rbd rdma/rbd tcp/mini
 	for rep in $(seq "$REPS"); do
