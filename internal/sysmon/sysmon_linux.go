@@ -23,10 +23,7 @@ func SetSlack(d time.Duration) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := setThreadSlack(tid, d); err != nil {
-		return tid, err
-	}
-	return tid, nil
+	return tid, setThreadSlack(tid, d)
 }
 
 // Slack returns thread tid's timer slack.

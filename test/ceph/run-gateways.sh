@@ -157,6 +157,7 @@ if [[ " $PHASES " = *" speed "* ]]; then
 		fi
 		echo "$out"
 	}
+	ratio() { python3 -c "print('%.2f' % ($1/$2) if $1 > 0 and $2 > 0 else '-')"; } # ratio A B: A/B, or - when either is 0
 	printf '  %-3s %-22s %12s %12s %12s %12s %8s %8s %8s %9s\n' rep workload "rbd bench" minigw "rdisk tcp" "rdisk rdma" mini/rbd tcp/rbd rdma/rbd tcp/mini
 	for rep in $(seq "$REPS"); do
 		for w in "randwrite 4K 32 write rand 400M" "read 128K 16 read seq 8G"; do
@@ -171,10 +172,9 @@ if [[ " $PHASES " = *" speed "* ]]; then
 			fi
 			read -r ri rb <<<"$x"; read -r ti tb <<<"$xt"; read -r di db <<<"$xr"; read -r mi mb <<<"$m"
 			if [ $col = 1 ]; then base=$ri t=$ti d=$di mm=0 unit=IOPS; else base=$rb t=$tb d=$db mm=$mb unit=B/s; fi
-			ratio() { python3 -c "print('%.2f' % ($1/$2) if $2 > 0 else '-')"; }
-			printf '  %-3s %-22s %12.0f %12s %12.0f %12.0f %8s %8.2f %8.2f %9s  (%s)\n' "$rep" "$name" "$base" \
-				"$([ "$mm" = 0 ] && echo - || echo "$mm")" "$t" "$d" "$([ "$mm" = 0 ] && echo - || ratio "$mm" "$base")" \
-				"$(python3 -c "print($t/max($base, 1))")" "$(python3 -c "print($d/max($base, 1))")" "$(ratio "$t" "$mm")" "$unit"
+			printf '  %-3s %-22s %12.0f %12s %12.0f %12.0f %8s %8s %8s %9s  (%s)\n' "$rep" "$name" "$base" \
+				"$([ "$mm" = 0 ] && echo - || echo "$mm")" "$t" "$d" \
+				"$(ratio "$mm" "$base")" "$(ratio "$t" "$base")" "$(ratio "$d" "$base")" "$(ratio "$t" "$mm")" "$unit"
 		done
 	done
 	kill "$pid_a" 2>/dev/null; wait "$pid_a" 2>/dev/null
